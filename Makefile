@@ -1,0 +1,42 @@
+# Set-up and entry points. Every target is idempotent: re-running does only
+# what is missing.
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+SHARED ?= ../shared/datasets
+CACHE ?= .cache/tff
+STAMP := $(VENV)/.installed
+
+.PHONY: setup data run test test-fast bazel-test benchmark clean
+
+setup: $(STAMP)
+
+$(STAMP): requirements.txt requirements-tff.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check -r requirements.txt
+	$(PY) -m pip install -q --disable-pip-version-check --no-deps -r requirements-tff.txt
+	$(PY) -m tff_hpo.runtime --self-check
+	touch $@
+
+# Converts ../shared/datasets into TFF's cache files (idempotent, atomic).
+data: setup
+	$(PY) -m tasks.offline.prepare --source_dir=$(SHARED) --cache_dir=$(CACHE)
+
+# The main job: FedAvg on the offline FEMNIST subset with the default flags.
+run: data
+	$(PY) run_experiment.py --flagfile=flagfiles/emnist_fedavg_quick.cfg
+
+test: data
+	$(PY) -m pytest -q tests
+
+test-fast: data
+	$(PY) -m pytest -q -m "not slow" tests
+
+bazel-test: data
+	bash .ci/bazel.sh
+
+benchmark: data
+	$(PY) benchmarks/round_time.py
+
+clean:
+	rm -rf $(VENV) .cache

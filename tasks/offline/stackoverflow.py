@@ -1,0 +1,174 @@
+"""Stack Exchange posts -> TFF 0.87's `stackoverflow.sqlite` and word counts.
+
+TFF's Stack Overflow data is a per-user grouping of the stackoverflow.com dump:
+one client per `OwnerUserId`, one example per post with the features `tokens`
+(lower-cased, space-separated words and punctuation of the body), `title`,
+`tags` ('|'-joined), `type` ('question' / 'answer'), `score` and
+`creation_date`, split in time into train / heldout / test. We build the same
+schema from the Stack Exchange dumps under ../shared/datasets/stackexchange:
+
+* clients are `<site>_<OwnerUserId>` (sites are disjoint user namespaces);
+* posts up to the 80th percentile of creation dates are train, later ones
+  test (TFF cut at 2018-01-01; these sites end earlier); 10 % of the train
+  users, chosen by a stable hash of the client id, form `heldout`;
+* `stackoverflow.word_count` lists, like TFF's, each token with the number of
+  train clients whose posts contain it, most frequent first.
+"""
+
+from __future__ import annotations
+
+import collections
+import csv
+import html
+import html.parser
+import os
+import re
+import xml.etree.ElementTree as ElementTree
+import zlib
+from typing import Iterable, NamedTuple
+
+from tasks.offline import sqlite_cache
+
+FILENAME = 'stackoverflow.sqlite'
+WORD_COUNT_FILENAME = 'stackoverflow.word_count'
+XML_SOURCES = ('stackexchange/matheducators_Posts.xml',
+               'stackexchange/bicycles_meta_Posts.xml',
+               'stackexchange/french_meta_Posts.xml')
+TSV_SOURCES = ('stackexchange/stackoverflow_sample_questions.tsv',
+               'stackexchange/stackoverflow_sample_answers.tsv')
+DESCRIPTION = ('Stack Exchange posts in Stack Overflow schema (matheducators, '
+               'bicycles meta, french meta, 200 stackoverflow.com posts); not '
+               'TFF\'s 342k-client Stack Overflow')
+TEST_QUANTILE = 0.8
+HELDOUT_PERCENT = 10
+_TOKEN = re.compile(r"[^\W_]+(?:'[^\W_]+)*|[^\w\s]", re.UNICODE)
+
+
+class Post(NamedTuple):
+  client_id: str
+  creation_date: str  # TFF's format: '2010-01-08 16:49:34.85 UTC'.
+  type: str
+  title: str
+  tags: str
+  score: int
+  body_html: str
+
+
+class _TextOnly(html.parser.HTMLParser):
+
+  def __init__(self):
+    super().__init__(convert_charrefs=True)
+    self.parts: list[str] = []
+
+  def handle_data(self, data: str) -> None:
+    self.parts.append(data)
+
+
+def tokenize(body_html: str) -> str:
+  """HTML body -> TFF-style tokens: lower case, words and punctuation apart."""
+  parser = _TextOnly()
+  parser.feed(body_html)
+  parser.close()
+  text = html.unescape(' '.join(parser.parts)).lower()
+  return ' '.join(_TOKEN.findall(text))
+
+
+def _tff_date(iso: str) -> str:
+  return iso.replace('T', ' ').replace(' UTC', '') + ' UTC'
+
+
+def _post_type(code: str) -> str | None:
+  return {'1': 'question', '2': 'answer'}.get(code)
+
+
+def read_xml(path: str) -> list[Post]:
+  """Rows of a Stack Exchange `Posts.xml` with an owner and type 1 or 2."""
+  sqlite_cache.check_source(path)
+  site = os.path.basename(path).removesuffix('_Posts.xml')
+  posts = []
+  try:
+    for _, row in ElementTree.iterparse(path):
+      if row.tag != 'row':
+        continue
+      kind, owner = _post_type(row.get('PostTypeId', '')), row.get(
+          'OwnerUserId')
+      if kind and owner:
+        tags = row.get('Tags', '').strip('<>').replace('><', '|')
+        posts.append(Post(f'{site}_{owner}', _tff_date(row.get('CreationDate')),
+                          kind, row.get('Title', ''), tags,
+                          int(row.get('Score', '0')), row.get('Body', '')))
+      row.clear()
+  except (ElementTree.ParseError, TypeError, ValueError) as e:
+    raise sqlite_cache.SourceDataError(
+        f'corrupt Stack Exchange source file {path}: {e}') from e
+  if not posts:
+    raise sqlite_cache.SourceDataError(f'no posts in source file {path}')
+  return posts
+
+
+def read_tsv(path: str) -> list[Post]:
+  """Rows of a stackoverflow.com BigQuery export (tab-separated)."""
+  sqlite_cache.check_source(path)
+  csv.field_size_limit(1 << 30)
+  posts = []
+  try:
+    with open(path, newline='', encoding='utf-8') as f:
+      for row in csv.DictReader(f, delimiter='\t'):
+        kind, owner = _post_type(row['post_type_id']), row['owner_user_id']
+        if kind and owner:
+          posts.append(Post(f'stackoverflow_{owner}',
+                            _tff_date(row['creation_date']), kind,
+                            row['title'], row['tags'], int(row['score'] or 0),
+                            row['body']))
+  except (KeyError, ValueError, UnicodeDecodeError, csv.Error) as e:
+    raise sqlite_cache.SourceDataError(
+        f'corrupt Stack Overflow source file {path}: {e}') from e
+  if not posts:
+    raise sqlite_cache.SourceDataError(f'no posts in source file {path}')
+  return posts
+
+
+def split_of(post: Post, cutoff: str) -> str:
+  if post.creation_date > cutoff:
+    return 'test'
+  heldout = zlib.crc32(post.client_id.encode()) % 100 < HELDOUT_PERCENT
+  return 'heldout' if heldout else 'train'
+
+
+def test_cutoff(posts: Iterable[Post]) -> str:
+  dates = sorted(p.creation_date for p in posts)
+  return dates[int(TEST_QUANTILE * (len(dates) - 1))]
+
+
+def word_counts(split_tokens: Iterable[tuple[str, str, str]]) -> list[
+    tuple[str, int]]:
+  """(split, client, tokens) -> [(word, #train clients using it)], TFF order."""
+  users = collections.defaultdict(set)
+  for split, client, tokens in split_tokens:
+    if split == 'train':
+      for word in tokens.split():
+        users[word].add(client)
+  return sorted(((w, len(c)) for w, c in users.items()),
+                key=lambda wc: (-wc[1], wc[0]))
+
+
+def convert(xml_paths: list[str], tsv_paths: list[str], target_path: str,
+            word_count_path: str) -> None:
+  posts = [p for path in xml_paths for p in read_xml(path)]
+  posts += [p for path in tsv_paths for p in read_tsv(path)]
+  cutoff = test_cutoff(posts)
+  examples = [(split_of(p, cutoff), p, tokenize(p.body_html)) for p in posts]
+  examples = [e for e in examples if e[2]]
+
+  rows = ((split, p.client_id, sqlite_cache.serialize_example({
+      'creation_date': p.creation_date.encode(), 'score': p.score,
+      'tags': p.tags.encode(), 'title': p.title.encode(),
+      'tokens': tokens.encode(), 'type': p.type.encode()}))
+          for split, p, tokens in examples)
+  counts = word_counts((s, p.client_id, t) for s, p, t in examples)
+  with sqlite_cache.atomic_path(word_count_path) as tmp:
+    with open(tmp, 'w', encoding='utf-8') as f:
+      f.writelines(f'{w} {c}\n' for w, c in counts)
+    sqlite_cache.write_client_database(
+        target_path, rows, DESCRIPTION,
+        ', '.join(xml_paths + tsv_paths) + f'; test cutoff {cutoff}')
