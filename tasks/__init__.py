@@ -1,0 +1,57 @@
+"""Task registry: name -> module returning TFF's own `BaselineTask`.
+
+Each task module defines NAME, OFFLINE_DATASET (the converter under
+`tasks/offline` that feeds it), ACCURACY_METRIC, DEFAULTS (Reddi et al.'s
+tuned FedAvg values) and `create(train_spec, eval_spec, cache_dir, seed)`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from types import ModuleType
+from typing import Optional
+
+from tasks import emnist
+from tasks import shakespeare
+from tasks import stackoverflow
+
+TASKS: dict[str, ModuleType] = {
+    m.NAME: m for m in (emnist, stackoverflow, shakespeare)}
+EVAL_BATCH_SIZE = 64
+
+
+@dataclasses.dataclass(frozen=True)
+class LoadedTask:
+  """A TFF `BaselineTask` and what we know about the data behind it."""
+  baseline: object  # tff.simulation.baselines.BaselineTask
+  accuracy_metric: str
+  dataset_label: str
+
+
+def defaults(name: str) -> dict[str, object]:
+  return TASKS[name].DEFAULTS.as_dict()
+
+
+def load(name: str, *, batch_size: int, epochs: int,
+         max_examples: Optional[int], cache_dir: str, offline_data_dir: str,
+         seed: Optional[int]) -> LoadedTask:
+  """Converts offline data if given, then builds the task with TFF's code."""
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  from tasks.offline import prepare  # pylint: disable=g-import-not-at-top
+  from tasks.offline import sqlite_cache  # pylint: disable=g-import-not-at-top
+
+  module = TASKS[name]
+  label = 'TFF download (full dataset)'
+  if offline_data_dir:
+    files = prepare.prepare(offline_data_dir, cache_dir,
+                            [module.OFFLINE_DATASET])
+    label = sqlite_cache.read_description(files[0])
+  train_spec = tff.simulation.baselines.ClientSpec(
+      num_epochs=epochs, batch_size=batch_size, max_elements=max_examples)
+  eval_spec = tff.simulation.baselines.ClientSpec(
+      num_epochs=1, batch_size=EVAL_BATCH_SIZE)
+  baseline = module.create(train_spec, eval_spec,
+                           os.path.abspath(cache_dir) if cache_dir else None,
+                           seed)
+  return LoadedTask(baseline, module.ACCURACY_METRIC, label)

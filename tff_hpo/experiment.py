@@ -1,0 +1,237 @@
+"""The training loop: sampling, rounds, evaluation, checkpoints, releases.
+
+Orchestration only: the math lives in the learning process. Each round:
+sample client ids (seeded, deterministic per round), run the process composed
+with TFF's client-id -> dataset computation, release the metrics to CSV and
+TensorBoard, evaluate every `rounds_per_eval` rounds, and save program state
+every `rounds_per_checkpoint` rounds. A run started again with the same
+`output_root/experiment_name` resumes from its latest checkpoint.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import dataclasses
+import json
+import os
+import shutil
+import sys
+import time
+from typing import Any, Callable, Optional, TextIO
+
+import numpy as np
+
+from tff_hpo import config as config_lib
+
+CHECKPOINT_DIR = 'checkpoints'
+METRICS_CSV = 'metrics.csv'
+CONFIG_JSON = 'config.json'
+# Settings a resumed run may change: they do not alter the trajectory.
+_RESUMABLE_CHANGES = {'total_rounds', 'rounds_per_eval', 'rounds_per_checkpoint',
+                      'cache_dir', 'offline_data_dir', 'output_root'}
+
+
+@dataclasses.dataclass
+class Counters:
+  """Cumulative cost, saved with the checkpoint."""
+  examples: int = 0
+  local_steps: int = 0
+
+
+def flatten(metrics: Any, prefix: str = '') -> dict[str, float]:
+  """Nested OrderedDicts of numbers -> {'a/b/c': float}."""
+  out = {}
+  if isinstance(metrics, collections.abc.Mapping):
+    for k, v in metrics.items():
+      out.update(flatten(v, f'{prefix}{k}/'))
+  elif isinstance(metrics, (list, tuple)):
+    for i, v in enumerate(metrics):
+      out.update(flatten(v, f'{prefix}{i}/'))
+  else:
+    out[prefix.rstrip('/')] = float(np.asarray(metrics))
+  return out
+
+
+def _run(coroutine):
+  return asyncio.run(coroutine)
+
+
+class Experiment:
+  """Builds everything for one config; `run()` trains to `total_rounds`."""
+
+  def __init__(self, config: config_lib.ExperimentConfig,
+               out: TextIO = sys.stdout):
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+    import tasks  # pylint: disable=g-import-not-at-top
+    from tff_hpo import algorithms  # pylint: disable=g-import-not-at-top
+
+    self.config = config
+    self._out = out
+    tf.random.set_seed(config.seed)
+    self.task = tasks.load(
+        config.task, batch_size=config.client_batch_size,
+        epochs=config.client_epochs,
+        max_examples=config.max_examples_per_client,
+        cache_dir=config.cache_dir, offline_data_dir=config.offline_data_dir,
+        seed=config.seed)
+    data = self.task.baseline.datasets
+    train = data.train_data.preprocess(data.train_preprocess_fn)
+    if config.clients_per_round > len(train.client_ids):
+      raise config_lib.ConfigError(
+          f'--clients_per_round: expected at most {len(train.client_ids)} '
+          f'(the train clients of {config.task}), got '
+          f'{config.clients_per_round}')
+    self.process = algorithms.build(config, self.task.baseline.model_fn)
+    self._train = tff.simulation.compose_dataset_computation_with_learning_process(
+        train.dataset_computation, self.process)
+    self._sample = tff.simulation.build_uniform_sampling_fn(
+        train.client_ids, replace=False, random_seed=config.seed)
+
+    test = data.test_data.preprocess(data.eval_preprocess_fn)
+    self._eval_process = tff.learning.algorithms.build_fed_eval(
+        self.task.baseline.model_fn)
+    self._eval = tff.simulation.compose_dataset_computation_with_learning_process(
+        test.dataset_computation, self._eval_process)
+    self._eval_state = self._eval_process.initialize()
+    ids = list(test.client_ids)
+    if 0 < config.eval_clients < len(ids):
+      ids = list(np.random.default_rng(config.seed).choice(
+          ids, config.eval_clients, replace=False))
+    self._eval_ids = ids
+
+  # -- evaluation -----------------------------------------------------------
+
+  def evaluate(self, state) -> dict[str, float]:
+    """Federated evaluation of the current global model on the test clients."""
+    eval_state = self._eval_process.set_model_weights(
+        self._eval_state, self.process.get_model_weights(state))
+    output = self._eval.next(eval_state, self._eval_ids)
+    metrics = flatten(
+        output.metrics['client_work']['eval']['current_round_metrics'])
+    released = {'eval/accuracy': metrics[self.task.accuracy_metric],
+                'eval/loss': metrics['loss']}
+    released.update({f'eval/{k}': v for k, v in metrics.items()})
+    return released
+
+  # -- one round --------------------------------------------------------------
+
+  def _round_metrics(self, output, counters: Counters,
+                     seconds: float) -> dict[str, float]:
+    raw = flatten(output.metrics)
+    train = {k.split('/')[-1]: v for k, v in raw.items()
+             if k.startswith('client_work/train/')}
+    examples, steps = int(train['num_examples']), int(train['num_batches'])
+    counters.examples += examples
+    counters.local_steps += steps
+    released = {
+        'train/accuracy': train[self.task.accuracy_metric],
+        'train/loss': train['loss'],
+        'cost/examples': examples,
+        'cost/examples_cumulative': counters.examples,
+        'cost/local_steps': steps,
+        'cost/local_steps_cumulative': counters.local_steps,
+        'time/round_seconds': seconds,
+    }
+    released.update({f'process/{k}': v for k, v in raw.items()})
+    return released
+
+  # -- the loop ---------------------------------------------------------------
+
+  def _prepare_run_dir(self) -> bool:
+    """Creates or checks the run dir; returns True if this call created it."""
+    run_dir = self.config.run_dir
+    config_path = os.path.join(run_dir, CONFIG_JSON)
+    if os.path.exists(config_path):
+      with open(config_path) as f:
+        saved = json.load(f)
+      now = dataclasses.asdict(self.config)
+      changed = sorted(k for k in now if k not in _RESUMABLE_CHANGES and
+                       saved.get(k) != now[k])
+      if changed:
+        raise config_lib.ConfigError(
+            f'--experiment_name: {run_dir} holds a run with different '
+            f'settings ({", ".join(changed)}); pick another name')
+      return False
+    created = not os.path.exists(run_dir)
+    os.makedirs(run_dir, exist_ok=True)
+    tmp = config_path + '.tmp'
+    with open(tmp, 'w') as f:
+      f.write(self.config.to_json())
+    os.replace(tmp, config_path)
+    with open(os.path.join(run_dir, 'dataset.txt'), 'w') as f:
+      f.write(self.task.dataset_label + '\n')
+    return created
+
+  def _log(self, text: str) -> None:
+    print(text, file=self._out, flush=True)
+
+  def run(self, on_round: Optional[Callable[[int, dict], None]] = None):
+    """Trains to `total_rounds` (resuming if possible); returns final state."""
+    import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+
+    cfg = self.config
+    created = self._prepare_run_dir()
+    try:
+      state_manager = tff.program.FileProgramStateManager(
+          os.path.join(cfg.run_dir, CHECKPOINT_DIR), keep_total=3)
+      releases = [
+          tff.program.CSVFileReleaseManager(
+              os.path.join(cfg.run_dir, METRICS_CSV), key_fieldname='round'),
+          tff.program.TensorBoardReleaseManager(
+              os.path.join(cfg.run_dir, 'tensorboard')),
+      ]
+      state, start, counters = self._restore(state_manager)
+    except BaseException:
+      if created:
+        shutil.rmtree(cfg.run_dir, ignore_errors=True)
+      raise
+    self._log(f'{cfg.task} / {cfg.algorithm} on {self.task.dataset_label}; '
+              f'run dir {cfg.run_dir}; '
+              + (f'resuming after round {start}' if start else 'new run'))
+    for round_num in range(start + 1, cfg.total_rounds + 1):
+      clients = self._sample(round_num, cfg.clients_per_round)
+      t0 = time.perf_counter()
+      output = self._train.next(state, clients)
+      state = output.state
+      metrics = self._round_metrics(output, counters, time.perf_counter() - t0)
+      if round_num % cfg.rounds_per_eval == 0 or round_num == cfg.total_rounds:
+        metrics.update(self.evaluate(state))
+      for manager in releases:
+        _run(manager.release(metrics, key=round_num))
+      self._log(self._progress_line(round_num, metrics))
+      if on_round:
+        on_round(round_num, metrics)
+      if (round_num % cfg.rounds_per_checkpoint == 0 or
+          round_num == cfg.total_rounds):
+        _run(state_manager.save(
+            [state, round_num, counters.examples, counters.local_steps],
+            round_num))
+    return state
+
+  def _restore(self, state_manager):
+    """Latest readable checkpoint, or the initial state at round 0."""
+    initial = self.process.initialize()
+    versions = _run(state_manager.get_versions()) or []
+    for version in sorted(versions, reverse=True):
+      try:
+        state, round_num, examples, steps = _run(state_manager.load(
+            version, [initial, 0, 0, 0]))
+      except Exception as e:  # pylint: disable=broad-except
+        self._log(f'checkpoint {version} unreadable ({e}); trying an older one')
+        continue
+      return state, int(round_num), Counters(int(examples), int(steps))
+    return initial, 0, Counters()
+
+  def _progress_line(self, round_num: int, m: dict[str, float]) -> str:
+    line = (f'round {round_num:5d}/{self.config.total_rounds} '
+            f'| train acc {m["train/accuracy"]:.4f} loss {m["train/loss"]:.4f} '
+            f'| {m["time/round_seconds"]:.2f} s '
+            f'| steps {int(m["cost/local_steps"])} '
+            f'examples {int(m["cost/examples"])} '
+            f'(total {int(m["cost/examples_cumulative"])})')
+    if 'eval/loss' in m:
+      line += (f' | eval acc {m["eval/accuracy"]:.4f} '
+               f'loss {m["eval/loss"]:.4f}')
+    return line
