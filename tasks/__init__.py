@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from types import ModuleType
-from typing import Optional
+from typing import Callable, Optional
 
 from tasks import emnist
 from tasks import shakespeare
@@ -27,6 +27,27 @@ class LoadedTask:
   baseline: object  # tff.simulation.baselines.BaselineTask
   accuracy_metric: str
   dataset_label: str
+  model_fn: Callable[[], object]
+
+
+def seeded_model_fn(model_fn: Callable[[], object],
+                    seed: Optional[int]) -> Callable[[], object]:
+  """`model_fn` whose random ops (dropout) get fixed seeds in every graph.
+
+  TFF traces `model_fn` into fresh graphs, which do not inherit
+  `tf.random.set_seed`; without a graph-level seed Keras' dropout draws new
+  masks in every process, so a resumed run could never equal an
+  uninterrupted one.
+  """
+  if seed is None:
+    return model_fn
+
+  def fn():
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    tf.random.set_seed(seed)
+    return model_fn()
+
+  return fn
 
 
 def defaults(name: str) -> dict[str, object]:
@@ -54,4 +75,5 @@ def load(name: str, *, batch_size: int, epochs: int,
   baseline = module.create(train_spec, eval_spec,
                            os.path.abspath(cache_dir) if cache_dir else None,
                            seed)
-  return LoadedTask(baseline, module.ACCURACY_METRIC, label)
+  return LoadedTask(baseline, module.ACCURACY_METRIC, label,
+                    seeded_model_fn(baseline.model_fn, seed))

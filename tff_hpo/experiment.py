@@ -83,7 +83,7 @@ class Experiment:
           f'--clients_per_round: expected at most {len(train.client_ids)} '
           f'(the train clients of {config.task}), got '
           f'{config.clients_per_round}')
-    self.process = algorithms.build(config, self.task.baseline.model_fn)
+    self.process = algorithms.build(config, self.task.model_fn)
     self._train = tff.simulation.compose_dataset_computation_with_learning_process(
         train.dataset_computation, self.process)
     self._sample = tff.simulation.build_uniform_sampling_fn(
@@ -91,7 +91,7 @@ class Experiment:
 
     test = data.test_data.preprocess(data.eval_preprocess_fn)
     self._eval_process = tff.learning.algorithms.build_fed_eval(
-        self.task.baseline.model_fn)
+        self.task.model_fn)
     self._eval = tff.simulation.compose_dataset_computation_with_learning_process(
         test.dataset_computation, self._eval_process)
     self._eval_state = self._eval_process.initialize()

@@ -1,0 +1,179 @@
+"""The converted caches: counts, splits, dtypes, pixels, and TFF's own loaders."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sqlite3
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tasks.offline import emnist
+from tasks.offline import prepare
+from tasks.offline import shakespeare
+from tasks.offline import sqlite_cache
+from tasks.offline import stackoverflow
+from tests.conftest import SHARED_DATA
+
+
+def _npz():
+  return np.load(os.path.join(SHARED_DATA, emnist.SOURCE))
+
+
+def test_emnist_counts_and_splits(cache_dir):
+  conn = sqlite3.connect(os.path.join(cache_dir, emnist.FILENAME))
+  counts = dict(conn.execute(
+      'SELECT split_name, SUM(num_examples) FROM client_metadata '
+      'GROUP BY split_name'))
+  clients = dict(conn.execute(
+      'SELECT split_name, COUNT(DISTINCT client_id) FROM client_metadata '
+      'GROUP BY split_name'))
+  labels = _npz()['label']
+  is_test = _npz()['is_test']
+  assert counts['all_train'] == 54_187 and counts['all_test'] == 6_219
+  assert counts['digits_only_train'] == int(np.sum((labels < 10) & ~is_test))
+  assert counts['digits_only_test'] == int(np.sum((labels < 10) & is_test))
+  assert clients['all_train'] == clients['all_test'] == 396
+
+
+def test_tff_emnist_loader_reads_cache_with_tff_conventions(cache_dir):
+  train, test = tff.simulation.datasets.emnist.load_data(
+      only_digits=False, cache_dir=cache_dir)
+  assert len(train.client_ids) == len(test.client_ids) == 396
+  src = _npz()
+  client = src['client_ids'][0]
+  rows = (src['client'] == 0) & ~src['is_test']
+  got = list(train.create_tf_dataset_for_client(client))
+  assert len(got) == int(rows.sum())
+  spec = train.element_type_structure
+  assert spec['pixels'].dtype == tf.float32 and spec['pixels'].shape == (28, 28)
+  assert spec['label'].dtype == tf.int32
+  # Pixel round trip: same images, same order, exactly /255, white background.
+  pixels = np.stack([e['pixels'].numpy() for e in got])
+  np.testing.assert_array_equal(pixels * 255.0,
+                                src['pixels'][rows].astype(np.float32))
+  np.testing.assert_array_equal([int(e['label']) for e in got],
+                                src['label'][rows])
+  assert pixels.min() >= 0.0 and pixels.max() <= 1.0
+  assert np.median(pixels) == 1.0  # Background is 1.0, as in TFF's EMNIST.
+
+  digits_train, _ = tff.simulation.datasets.emnist.load_data(
+      only_digits=True, cache_dir=cache_dir)
+  sample = digits_train.create_tf_dataset_for_client(
+      digits_train.client_ids[0])
+  assert all(int(e['label']) < 10 for e in sample)
+
+
+def test_tff_emnist_task_builds_from_cache(cache_dir):
+  spec = tff.simulation.baselines.ClientSpec(num_epochs=1, batch_size=20)
+  task = tff.simulation.baselines.emnist.create_character_recognition_task(
+      spec, cache_dir=cache_dir, only_digits=False)
+  assert len(task.datasets.train_data.client_ids) == 396
+  batch = next(iter(task.datasets.train_preprocess_fn(
+      task.datasets.train_data.create_tf_dataset_for_client(
+          task.datasets.train_data.client_ids[0]))))
+  assert batch[0].shape[1:] == (28, 28, 1)
+
+
+def test_stackoverflow_schema_and_splits(cache_dir):
+  train, heldout, test = tff.simulation.datasets.stackoverflow.load_data(
+      cache_dir=cache_dir)
+  assert set(train.client_ids).isdisjoint(heldout.client_ids)
+  assert min(len(train.client_ids), len(heldout.client_ids),
+             len(test.client_ids)) > 0
+  example = next(iter(train.create_tf_dataset_for_client(train.client_ids[0])))
+  assert set(example) == {'creation_date', 'score', 'tags', 'title', 'tokens',
+                          'type'}
+  assert example['type'].numpy() in (b'question', b'answer')
+  tokens = example['tokens'].numpy().decode()
+  assert tokens == tokens.lower() and '<p>' not in tokens
+
+
+def test_stackoverflow_word_counts_are_train_user_counts(cache_dir):
+  from tasks import stackoverflow as so_task
+  path = os.path.join(cache_dir, stackoverflow.WORD_COUNT_FILENAME)
+  counts = [line.split() for line in open(path, encoding='utf-8')]
+  values = [int(c) for _, c in counts]
+  assert values == sorted(values, reverse=True)
+  train, _, _ = tff.simulation.datasets.stackoverflow.load_data(
+      cache_dir=cache_dir)
+  users_with_the = sum(
+      any('the' in e['tokens'].numpy().decode().split()
+          for e in train.create_tf_dataset_for_client(c))
+      for c in train.client_ids)
+  assert dict(counts)['the'] == str(users_with_the)
+  assert so_task.load_word_counts(path, 3) == [w for w, _ in counts[:3]]
+
+
+def test_tokenize_matches_tff_style():
+  assert stackoverflow.tokenize(
+      '<p>How do I <code>git push</code>? It&#39;s  "fine".</p>') == (
+          'how do i git push ? it\'s " fine " .')
+
+
+def test_word_counts_count_train_users_once():
+  rows = [('train', 'u1', 'a b a'), ('train', 'u2', 'a'),
+          ('test', 'u3', 'b b c'), ('heldout', 'u4', 'c')]
+  assert stackoverflow.word_counts(rows) == [('a', 2), ('b', 1)]
+
+
+def test_shakespeare_loader_counts(cache_dir):
+  train, test = tff.simulation.datasets.shakespeare.load_data(
+      cache_dir=cache_dir)
+  assert len(train.client_ids) == len(test.client_ids) == 715
+  conn = sqlite3.connect(os.path.join(cache_dir, shakespeare.FILENAME))
+  counts = dict(conn.execute('SELECT split_name, SUM(num_examples) '
+                             'FROM client_metadata GROUP BY split_name'))
+  assert counts == {'train': 16_068, 'test': 2_356}
+
+
+def test_caches_say_what_they_are(cache_dir):
+  for name in (emnist.FILENAME, stackoverflow.FILENAME, shakespeare.FILENAME):
+    label = sqlite_cache.read_description(os.path.join(cache_dir, name))
+    assert 'not TFF' in label or 'converted' in label
+
+
+def test_prepare_is_idempotent(cache_dir):
+  path = os.path.join(cache_dir, emnist.FILENAME)
+  before = os.stat(path).st_mtime_ns
+  prepare.prepare(SHARED_DATA, cache_dir)
+  assert os.stat(path).st_mtime_ns == before
+
+
+def test_missing_source_names_the_file(tmp_path):
+  with pytest.raises(sqlite_cache.SourceDataError, match='femnist_leaf_subset'):
+    prepare.prepare(str(tmp_path), str(tmp_path / 'cache'), ['emnist'])
+  assert not os.listdir(tmp_path / 'cache')
+
+
+@pytest.mark.parametrize('name, rel', [
+    ('emnist', emnist.SOURCE),
+    ('shakespeare', shakespeare.SOURCES['train']),
+    ('stackoverflow', stackoverflow.XML_SOURCES[0]),
+])
+def test_corrupt_source_names_the_file_and_leaves_nothing(tmp_path, name, rel):
+  source = tmp_path / 'src'
+  shutil.copytree(SHARED_DATA, source)
+  os.chmod(source / rel, 0o644)
+  with open(source / rel, 'r+b') as f:
+    f.seek(200)
+    f.truncate()
+  cache = tmp_path / 'cache'
+  with pytest.raises(sqlite_cache.SourceDataError, match=os.path.basename(rel)):
+    prepare.prepare(str(source), str(cache), [name])
+  assert os.listdir(cache) == []
+
+
+def test_interrupted_write_leaves_no_file(tmp_path):
+  target = tmp_path / 'x.sqlite'
+
+  def rows():
+    yield 'train', 'a', b'1'
+    raise KeyboardInterrupt
+
+  with pytest.raises(KeyboardInterrupt):
+    sqlite_cache.write_client_database(str(target), rows(), 'd', 's')
+  assert os.listdir(tmp_path) == []
