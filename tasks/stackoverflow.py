@@ -1,19 +1,21 @@
 """Stack Overflow next-word prediction (Reddi et al.'s SO NWP) as TFF's task.
 
 `tff.simulation.baselines.stackoverflow.create_word_prediction_task` reads the
-data from `cache_dir` but the vocabulary through `load_word_counts()` with no
+posts from `cache_dir` but its vocabulary through
+`tff.simulation.datasets.stackoverflow.load_word_counts()` called without
 `cache_dir`: Keras' `get_file` then looks for Google's archive under
 `~/.keras/datasets` and checks its SHA-256, so no offline file can satisfy it.
-When our converted word counts are in `cache_dir`, we therefore build the task
-with `create_word_prediction_task_from_datasets`, the function
-`create_word_prediction_task` itself ends in, with the same arguments: TFF's
-data loader, TFF's vocabulary order, TFF's model and preprocessing. Without
-them we call `create_word_prediction_task` unchanged, which downloads.
+When our converted word counts are in `cache_dir`, we run
+`create_word_prediction_task` unchanged while `load_word_counts` is replaced,
+for that one call only, by a reader of the same file format in `cache_dir`.
+Without them TFF's own download path runs untouched.
 """
 
 from __future__ import annotations
 
+import collections
 import os
+from unittest import mock
 from typing import Optional
 
 import tensorflow_federated as tff
@@ -34,16 +36,17 @@ DEFAULTS = TaskDefaults(client_learning_rate=10**-0.5,
                         max_examples_per_client=1000)
 
 
-def load_word_counts(path: str, vocab_size: int) -> list[str]:
-  """The `vocab_size` most frequent words of a TFF-format word-count file."""
-  vocab = []
+def load_word_counts(path: str, vocab_size: Optional[int] = None
+                     ) -> collections.OrderedDict[str, int]:
+  """TFF's `load_word_counts`, reading a word-count file at `path`."""
+  counts = collections.OrderedDict()
   with open(path, encoding='utf-8') as f:
     for line in f:
-      word, _ = line.split()
-      vocab.append(word)
-      if len(vocab) == vocab_size:
+      word, count = line.split()
+      counts[word] = int(count)
+      if len(counts) == vocab_size:
         break
-  return vocab
+  return counts
 
 
 def create(train_spec: tff.simulation.baselines.ClientSpec,
@@ -57,8 +60,10 @@ def create(train_spec: tff.simulation.baselines.ClientSpec,
     return baselines.create_word_prediction_task(
         train_spec, eval_spec, sequence_length=SEQUENCE_LENGTH,
         vocab_size=VOCAB_SIZE, cache_dir=cache_dir)
-  train, validation, test = tff.simulation.datasets.stackoverflow.load_data(
-      cache_dir=cache_dir)
-  return baselines.create_word_prediction_task_from_datasets(
-      train_spec, eval_spec, SEQUENCE_LENGTH,
-      load_word_counts(counts, VOCAB_SIZE), 1, train, test, validation)
+  reader = lambda vocab_size=None, cache_dir=None: load_word_counts(
+      counts, vocab_size)
+  with mock.patch.object(tff.simulation.datasets.stackoverflow,
+                         'load_word_counts', reader):
+    return baselines.create_word_prediction_task(
+        train_spec, eval_spec, sequence_length=SEQUENCE_LENGTH,
+        vocab_size=VOCAB_SIZE, cache_dir=cache_dir)

@@ -105,7 +105,8 @@ def test_stackoverflow_word_counts_are_train_user_counts(cache_dir):
           for e in train.create_tf_dataset_for_client(c))
       for c in train.client_ids)
   assert dict(counts)['the'] == str(users_with_the)
-  assert so_task.load_word_counts(path, 3) == [w for w, _ in counts[:3]]
+  assert list(so_task.load_word_counts(path, 3).items()) == [
+      (w, int(c)) for w, c in counts[:3]]
 
 
 def test_tokenize_matches_tff_style():

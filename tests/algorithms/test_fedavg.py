@@ -1,0 +1,87 @@
+"""FedAvg against an independent NumPy implementation on linear regression."""
+
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_hpo import optimizers
+from tff_hpo.algorithms import fedavg
+
+BATCH = 2
+CLIENT_LR = 0.1
+
+
+def _client_data(seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
+  rng = np.random.default_rng(seed)
+  true_w = np.array([[1.0], [-2.0]], np.float32)
+  data = []
+  for n in (3, 5, 4):  # Unequal sizes, so the example weighting matters.
+    x = rng.normal(size=(n, 2)).astype(np.float32)
+    data.append((x, x @ true_w + 0.5 + rng.normal(size=(n, 1)).astype(
+        np.float32) * 0.1))
+  return data
+
+
+def _model_fn():
+  keras_model = tf.keras.Sequential([tf.keras.layers.Dense(
+      1, kernel_initializer='zeros', bias_initializer='zeros',
+      input_shape=(2,))])
+  return tff.learning.models.from_keras_model(
+      keras_model, loss=tf.keras.losses.MeanSquaredError(),
+      input_spec=(tf.TensorSpec([None, 2], tf.float32),
+                  tf.TensorSpec([None, 1], tf.float32)))
+
+
+def _numpy_fedavg(data, rounds, server_lr, momentum):
+  w, b = np.zeros((2, 1)), np.zeros(1)
+  mw, mb = np.zeros((2, 1)), np.zeros(1)
+  history = []
+  for _ in range(rounds):
+    deltas, weights = [], []
+    for x, y in data:
+      cw, cb = w.copy(), b.copy()
+      for s in range(0, len(x), BATCH):  # One epoch, data in order.
+        xb, yb = x[s:s + BATCH], y[s:s + BATCH]
+        err = xb @ cw + cb - yb
+        cw -= CLIENT_LR * 2 * xb.T @ err / len(xb)
+        cb -= CLIENT_LR * 2 * err.sum(0) / len(xb)
+      deltas.append((cw - w, cb - b))
+      weights.append(len(x))
+    p = np.array(weights, np.float64) / sum(weights)
+    gw = -sum(pi * d[0] for pi, d in zip(p, deltas))  # Pseudo-gradient.
+    gb = -sum(pi * d[1] for pi, d in zip(p, deltas))
+    mw, mb = momentum * mw + gw, momentum * mb + gb
+    w, b = w - server_lr * mw, b - server_lr * mb
+    history.append((w.copy(), b.copy()))
+  return history
+
+
+@pytest.mark.parametrize('name, server_lr, momentum', [
+    ('sgd', 1.0, 0.0), ('sgd', 0.7, 0.0), ('sgdm', 0.5, 0.9)])
+def test_fedavg_matches_numpy(name, server_lr, momentum):
+  data = _client_data(0)
+  process = fedavg.build_fedavg(
+      _model_fn, CLIENT_LR,
+      optimizers.server_optimizer(name, server_lr, momentum=momentum))
+  datasets = [tf.data.Dataset.from_tensor_slices(d).batch(BATCH) for d in data]
+  state = process.initialize()
+  expected = _numpy_fedavg(data, 4, server_lr, momentum)
+  for want_w, want_b in expected:
+    output = process.next(state, datasets)
+    state = output.state
+    got_w, got_b = process.get_model_weights(state).trainable
+    np.testing.assert_allclose(got_w, want_w, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got_b, want_b, rtol=1e-5, atol=1e-6)
+    train = output.metrics['client_work']['train']
+    assert train['num_examples'] == 12
+    assert train['num_batches'] == 2 + 3 + 2
+
+
+def test_unknown_server_optimizer_is_refused():
+  with pytest.raises(ValueError, match='rmsprop'):
+    optimizers.server_optimizer('rmsprop', 1.0)
