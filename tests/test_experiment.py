@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import csv
 import dataclasses
 import io
@@ -92,3 +93,7 @@ def test_changed_settings_refuse_to_resume(tmp_path, cache_dir):
   other = dataclasses.replace(cfg, client_learning_rate=0.5)
   with pytest.raises(config_lib.ConfigError, match='client_learning_rate'):
     experiment.Experiment(other, out=io.StringIO()).run()
+
+
+if __name__ == '__main__':  # Lets Bazel's py_test run the file.
+  sys.exit(pytest.main([__file__, '-q']))

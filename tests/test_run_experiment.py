@@ -124,3 +124,7 @@ def test_bad_data_file_names_it(tmp_path, damage):
   assert 'femnist_leaf_subset.npz' in last and last.startswith('error: ')
   assert not (tmp_path / 'runs' / 'bad').exists()
   assert not [f for f in os.listdir(tmp_path / 'c') if 'partial' in f]
+
+
+if __name__ == '__main__':  # Lets Bazel's py_test run the file.
+  sys.exit(pytest.main([__file__, '-q']))

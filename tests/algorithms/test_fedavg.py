@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import collections
 
 import numpy as np
@@ -85,3 +86,7 @@ def test_fedavg_matches_numpy(name, server_lr, momentum):
 def test_unknown_server_optimizer_is_refused():
   with pytest.raises(ValueError, match='rmsprop'):
     optimizers.server_optimizer('rmsprop', 1.0)
+
+
+if __name__ == '__main__':  # Lets Bazel's py_test run the file.
+  sys.exit(pytest.main([__file__, '-q']))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import io
 
 import numpy as np
@@ -42,3 +43,7 @@ def test_task_trains_two_rounds(tmp_path, cache_dir, task):
   assert all(np.isfinite(m['train/loss']) and m['cost/examples'] > 0
              for m in rows)
   assert 0.0 <= rows[-1]['eval/accuracy'] <= 1.0
+
+
+if __name__ == '__main__':  # Lets Bazel's py_test run the file.
+  sys.exit(pytest.main([__file__, '-q']))

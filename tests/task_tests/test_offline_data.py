@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import os
 import shutil
 import sqlite3
@@ -178,3 +179,7 @@ def test_interrupted_write_leaves_no_file(tmp_path):
   with pytest.raises(KeyboardInterrupt):
     sqlite_cache.write_client_database(str(target), rows(), 'd', 's')
   assert os.listdir(tmp_path) == []
+
+
+if __name__ == '__main__':  # Lets Bazel's py_test run the file.
+  sys.exit(pytest.main([__file__, '-q']))

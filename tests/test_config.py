@@ -1,0 +1,64 @@
+"""Config validation: every bad setting names its flag."""
+
+from __future__ import annotations
+
+import sys
+import dataclasses
+
+import pytest
+
+import tasks
+from tff_hpo import config as config_lib
+
+
+def _resolve(tmp_path, **kw):
+  cfg = config_lib.ExperimentConfig(output_root=str(tmp_path / 'runs'),
+                                    offline_data_dir='', **kw)
+  return config_lib.resolve(cfg, tuple(tasks.TASKS),
+                            tasks.defaults(cfg.task)
+                            if cfg.task in tasks.TASKS else {})
+
+
+def test_task_defaults_fill_unset_fields(tmp_path):
+  cfg = _resolve(tmp_path, task='stackoverflow_nwp', client_batch_size=8)
+  assert cfg.client_batch_size == 8  # Set by the user: kept.
+  assert cfg.clients_per_round == 50 and cfg.max_examples_per_client == 1000
+  assert cfg.experiment_name == 'stackoverflow_nwp_fedavg_s0'
+
+
+@pytest.mark.parametrize('field, value', [
+    ('total_rounds', 0), ('clients_per_round', -1), ('client_batch_size', 0),
+    ('client_epochs', 0), ('client_learning_rate', 0.0),
+    ('client_learning_rate', float('nan')),
+    ('server_learning_rate', float('inf')), ('rounds_per_eval', 0),
+    ('rounds_per_checkpoint', 0), ('eval_clients', -1),
+    ('max_examples_per_client', 0), ('server_momentum', 1.0),
+    ('task', 'cifar'), ('algorithm', 'fedprox'),
+    ('server_optimizer', 'lamb'), ('experiment_name', '../escape'),
+])
+def test_bad_value_names_its_flag(tmp_path, field, value):
+  with pytest.raises(config_lib.ConfigError, match=f'^--{field}: expected'):
+    _resolve(tmp_path, **{field: value})
+
+
+def test_missing_offline_dir_is_refused(tmp_path):
+  cfg = dataclasses.replace(config_lib.ExperimentConfig(),
+                            offline_data_dir=str(tmp_path / 'nope'),
+                            output_root=str(tmp_path))
+  with pytest.raises(config_lib.ConfigError, match='--offline_data_dir'):
+    config_lib.resolve(cfg, tuple(tasks.TASKS), tasks.defaults('emnist_cr'))
+
+
+def test_output_root_under_a_file_is_refused(tmp_path):
+  (tmp_path / 'f').write_text('')
+  with pytest.raises(config_lib.ConfigError, match='--output_root'):
+    _resolve(tmp_path / 'f' / 'x')
+
+
+def test_validation_creates_nothing(tmp_path):
+  _resolve(tmp_path)
+  assert not (tmp_path / 'runs').exists()
+
+
+if __name__ == '__main__':  # Lets Bazel's py_test run the file.
+  sys.exit(pytest.main([__file__, '-q']))

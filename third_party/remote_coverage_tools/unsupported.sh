@@ -1,0 +1,3 @@
+#!/bin/sh
+echo "coverage is not collected through Bazel in this project" >&2
+exit 1
