@@ -7,7 +7,7 @@ SHARED ?= ../shared/datasets
 CACHE ?= .cache/tff
 STAMP := $(VENV)/.installed
 
-.PHONY: setup data run test test-fast bazel-test benchmark clean
+.PHONY: setup data run test test-fast benchmark clean
 
 setup: $(STAMP)
 
@@ -26,14 +26,13 @@ data: setup
 run: data
 	$(PY) run_experiment.py --flagfile=flagfiles/emnist_fedavg_quick.cfg
 
+# Every pytest test, then `bazel build //...` and the fast tests through Bazel.
 test: data
 	$(PY) -m pytest -q tests
+	bash .ci/bazel.sh
 
 test-fast: data
 	$(PY) -m pytest -q -m "not slow" tests
-
-bazel-test: data
-	bash .ci/bazel.sh
 
 benchmark: data
 	$(PY) benchmarks/round_time.py
