@@ -1,0 +1,161 @@
+"""FATHOM's TFF process against the NumPy reference, and its guards."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tests.algorithms import fathom_reference
+from tff_hpo.algorithms import fathom
+
+
+def _data(seed=0, sizes=(7, 12, 9)):
+  rng = np.random.default_rng(seed)
+  out = []
+  for n in sizes:
+    x = rng.normal(size=(n, 2)).astype(np.float32)
+    y = (x @ np.array([1.5, -2.0], np.float32) + 0.3
+         + 0.1 * rng.normal(size=n).astype(np.float32))
+    out.append((x, y[:, None]))
+  return out
+
+
+def _model_fn():
+  keras_model = tf.keras.Sequential([tf.keras.layers.Dense(
+      1, kernel_initializer='zeros', bias_initializer='zeros',
+      input_shape=(2,))])
+  return tff.learning.models.from_keras_model(
+      keras_model, loss=tf.keras.losses.MeanSquaredError(),
+      input_spec=(tf.TensorSpec([None, 2], tf.float32),
+                  tf.TensorSpec([None, 1], tf.float32)))
+
+
+def _datasets(data):
+  return [tf.data.Dataset.from_tensor_slices(d) for d in data]
+
+
+# Rates far above the paper's so that B and E cross integer boundaries (and
+# so change K_i) within a few rounds.
+CFG = dict(eta=0.05, epochs=1.0, batch=3.0, gamma_eta=0.5, gamma_epochs=0.8,
+           gamma_batch=3.0)
+
+
+def _process(**overrides):
+  c = dict(CFG, **overrides)
+  return fathom.build_fathom(_model_fn, fathom.FathomConfig(
+      initial_learning_rate=c['eta'], initial_epochs=c['epochs'],
+      initial_batch_size=c['batch'], gamma_learning_rate=c['gamma_eta'],
+      gamma_epochs=c['gamma_epochs'], gamma_batch_size=c['gamma_batch'],
+      shuffle=False))
+
+
+def _flat(weights):
+  w, b = weights.trainable
+  return np.concatenate([np.ravel(w), np.ravel(b)])
+
+
+def test_matches_numpy_reference_for_six_rounds():
+  data = _data()
+  process = _process()
+  state = process.initialize()
+  reference = list(fathom_reference.run(data, 6, **CFG))
+  batches = set()
+  for want in reference:
+    output = process.next(state, _datasets(data))
+    state = output.state
+    hp = process.get_hparams(state)
+    np.testing.assert_allclose(_flat(process.get_model_weights(state)),
+                               want['theta'], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        [hp['client_learning_rate'], hp['client_epochs'],
+         hp['client_batch_size']],
+        [want['eta'], want['epochs'], want['batch']], rtol=1e-5)
+    sm = np.concatenate([np.ravel(t) for t in state['delta_sm']])
+    np.testing.assert_allclose(sm, want['delta_sm'], rtol=1e-5, atol=1e-6)
+    m = output.metrics
+    nu = np.array([len(x) for x, _ in data])
+    np.testing.assert_allclose(m['fathom']['mean_phi'],
+                               nu @ want['phis'] / nu.sum(), rtol=1e-5)
+    np.testing.assert_allclose([m['fathom']['h'], m['fathom']['g']],
+                               [want['h'], want['g']], rtol=1e-5, atol=1e-6)
+    assert m['cost']['local_steps'] == sum(want['steps'])
+    assert m['cost']['local_steps_max'] == max(want['steps'])
+    batches.add(int(np.round(hp['client_batch_size'])))
+  assert len(batches) > 1, 'the test should exercise a changing batch size'
+
+
+def test_round_one_hypergradient_is_zero():
+  process = _process()
+  out = process.next(process.initialize(), _datasets(_data()))
+  assert out.metrics['fathom']['h'] == 0.0
+  assert process.get_hparams(out.state)['client_learning_rate'] == (
+      pytest.approx(CFG['eta']))
+
+
+def test_hparams_are_broadcast_from_server_state():
+  process = _process()
+  state_type = process.next.type_signature.parameter[0]
+  assert state_type.placement is tff.SERVER
+  assert 'hparams' in dir(state_type.member)
+  body = str(process.next.to_building_block())
+  assert 'federated_broadcast' in body
+
+
+def test_batch_size_sets_local_steps():
+  data = _data(sizes=(10, 25))
+  for batch, expected in ((1.0, 10 + 25), (4.0, 2 + 6), (5.4, 2 + 5),
+                          (30.0, 1 + 1)):
+    process = _process(batch=batch)
+    out = process.next(process.initialize(), _datasets(data))
+    assert out.metrics['cost']['local_steps'] == expected, batch
+
+
+def test_epochs_repeat_the_data():
+  data = _data(sizes=(10,))
+  process = _process(batch=2.0, epochs=2.5)
+  out = process.next(process.initialize(), _datasets(data))
+  assert out.metrics['cost']['local_steps'] == 12  # floor(10 * 2.5 / 2)
+  assert out.metrics['cost']['examples_processed'] == 24
+
+
+def test_non_finite_update_is_skipped_and_counted():
+  data = _data()
+  bad = (data[0][0], np.full_like(data[0][1], np.inf))
+  process = _process()
+  state = process.initialize()
+  before = process.get_hparams(state)
+  out = process.next(state, _datasets([bad]))
+  assert out.metrics['fathom']['skipped_non_finite'] == 1
+  assert out.metrics['cost']['non_finite_clients'] == 1
+  assert np.all(_flat(process.get_model_weights(out.state)) == 0.0)
+  after = process.get_hparams(out.state)
+  assert all(after[k] == before[k] for k in before)
+
+
+def test_bounds_hold_under_huge_rates():
+  process = fathom.build_fathom(_model_fn, fathom.FathomConfig(
+      initial_learning_rate=0.05, initial_batch_size=2.0,
+      gamma_learning_rate=1e4, gamma_epochs=1e4, gamma_batch_size=1e4,
+      max_learning_rate=0.2, max_epochs=3.0, max_batch_size=8.0,
+      shuffle=False))
+  state = process.initialize()
+  for _ in range(4):
+    state = process.next(state, _datasets(_data())).state
+    hp = process.get_hparams(state)
+    f32 = np.float32  # The state is float32: compare in float32.
+    assert f32(1e-6) <= hp['client_learning_rate'] <= f32(0.2)
+    assert f32(1e-3) <= hp['client_epochs'] <= f32(3.0)
+    assert f32(1.0) <= hp['client_batch_size'] <= f32(8.0)
+
+
+def test_bad_bounds_are_refused():
+  with pytest.raises(ValueError, match='learning_rate'):
+    fathom.FathomConfig(min_learning_rate=0.6, max_learning_rate=0.5)
+
+
+if __name__ == '__main__':  # Lets Bazel's py_test run the file.
+  sys.exit(pytest.main([__file__, '-q']))

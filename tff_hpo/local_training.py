@@ -1,0 +1,88 @@
+"""Local SGD with a batch size and step count decided at run time.
+
+FATHOM broadcasts the batch size B and epochs E as server state, so a client
+cannot receive pre-batched data: it gets its examples one by one, batches them
+with the broadcast B, and takes K_i = floor(nu_i E / B) steps, repeating its
+data when E > 1. The loop also tracks phi_i of eq. (12) for FATHOM.
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Any
+
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_hpo import hypergradients
+
+ClientOutput = collections.namedtuple(
+    'ClientOutput', ['delta', 'phi', 'num_examples', 'local_steps',
+                     'examples_processed', 'non_finite', 'model_metrics'])
+
+
+def count_examples(dataset: tf.data.Dataset) -> tf.Tensor:
+  return dataset.reduce(tf.constant(0, tf.int64), lambda n, _: n + 1)
+
+
+def train_locally(model: tff.learning.models.VariableModel,
+                  initial_weights: Any, dataset: tf.data.Dataset,
+                  learning_rate: tf.Tensor, epochs: tf.Tensor,
+                  batch: tf.Tensor, shuffle: bool) -> ClientOutput:
+  """Runs K_i SGD steps from `initial_weights` on the unbatched `dataset`.
+
+  phi_i = min over steps k of cos(sum_{j<=k} g_j, g_k): eq. (12)'s normalized
+  product between the accumulated local gradients and the step's gradient,
+  taken after the step's gradient joins the sum (as the authors' FedJAX code
+  did), so the first step gives 1 and phi_i is defined even when K_i = 1.
+  Eq. (12) read literally leaves phi undefined for K_i = 1 (an empty sum).
+
+  Returns the model delta (local - initial, trainable weights), phi_i, nu_i,
+  K_i, the examples processed, whether the delta was non-finite (then zeroed,
+  so the client carries no weight) and the model's unfinalized metrics.
+  Everything runs in one `tf.function`, whose automatic control dependencies
+  order the variable updates before the reads (TFF traces in graph mode).
+  """
+  return tf.function(_train)(model, initial_weights, dataset, learning_rate,
+                             epochs, batch, shuffle)
+
+
+def _train(model, initial_weights, dataset, learning_rate, epochs, batch,
+           shuffle) -> ClientOutput:
+  weights = tff.learning.models.ModelWeights.from_model(model)
+  for v, t in zip(tf.nest.flatten(weights), tf.nest.flatten(initial_weights)):
+    v.assign(t)
+  trainable = tuple(weights.trainable)
+
+  num_examples = count_examples(dataset)
+  batch_size = hypergradients.effective_batch_size(batch)
+  steps = hypergradients.local_steps(num_examples, epochs, batch_size)
+  data = dataset
+  if shuffle:
+    data = data.shuffle(tf.maximum(num_examples, 1),
+                        reshuffle_each_iteration=True)
+  data = data.batch(batch_size).repeat().take(steps)
+
+  def step(carry, batch_data):
+    grad_sum, phi, processed = carry
+    with tf.GradientTape() as tape:
+      output = model.forward_pass(batch_data, training=True)
+    grads = tuple(tape.gradient(output.loss, trainable))
+    grad_sum = tuple(s + g for s, g in zip(grad_sum, grads))
+    phi = tf.minimum(phi, hypergradients.cosine(grad_sum, grads))
+    for v, g in zip(trainable, grads):
+      v.assign_sub(learning_rate * g)
+    return grad_sum, phi, processed + tf.cast(output.num_examples, tf.int64)
+
+  initial = (tuple(tf.zeros_like(v) for v in trainable),
+             tf.constant(1.0, tf.float32), tf.constant(0, tf.int64))
+  _, phi, processed = data.reduce(initial, step)
+
+  delta = tuple(v - w0 for v, w0 in zip(trainable, initial_weights.trainable))
+  finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(d)) for d in delta])
+  delta = tuple(tf.where(finite, d, tf.zeros_like(d)) for d in delta)
+  return ClientOutput(delta=delta, phi=tf.where(finite, phi, 0.0),
+                      num_examples=num_examples, local_steps=steps,
+                      examples_processed=processed,
+                      non_finite=tf.cast(tf.logical_not(finite), tf.int32),
+                      model_metrics=model.report_local_unfinalized_metrics())
