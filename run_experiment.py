@@ -10,6 +10,7 @@ resumes from the latest checkpoint.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 
@@ -61,6 +62,29 @@ _OFFLINE = flags.DEFINE_string(
     'offline_data_dir', '../shared/datasets',
     'Source of offline data converted into --cache_dir; "" lets TFF download.')
 
+_FATHOM_HELP = {
+    'fathom_gamma_learning_rate': 'gamma_eta of eq. (13).',
+    'fathom_gamma_epochs': 'gamma_E of eq. (14).',
+    'fathom_gamma_batch_size': 'gamma_B of eq. (15).',
+    'fathom_alpha': 'Smoothing of the previous update (Section 3.3.5).',
+    'fathom_min_learning_rate': 'Lower bound on the client learning rate.',
+    'fathom_max_learning_rate': 'Upper bound on the client learning rate '
+                                '(default: the task\'s, 0.5 EMNIST, 1.0 SO).',
+    'fathom_min_epochs': 'Lower bound on E.',
+    'fathom_max_epochs': 'Upper bound on E.',
+    'fathom_min_batch_size': 'Lower bound on B.',
+    'fathom_max_batch_size': 'Upper bound on B.',
+    'fathom_g_includes_learning_rate': 'G_t keeps eq. (12)\'s eta_L factor '
+                                       '(False: the authors\' code).',
+}
+_DEFINE = {float: flags.DEFINE_float, bool: flags.DEFINE_bool}
+_FATHOM = {}
+for _field in dataclasses.fields(config_lib.ExperimentConfig):
+  if _field.name.startswith('fathom_'):
+    _kind = bool if isinstance(_field.default, bool) else float
+    _FATHOM[_field.name] = _DEFINE[_kind](
+        _field.name, _field.default, f'FATHOM: {_FATHOM_HELP[_field.name]}')
+
 
 def config_from_flags() -> config_lib.ExperimentConfig:
   return config_lib.ExperimentConfig(
@@ -76,7 +100,8 @@ def config_from_flags() -> config_lib.ExperimentConfig:
       rounds_per_eval=_EVAL_EVERY.value,
       rounds_per_checkpoint=_CKPT_EVERY.value,
       eval_clients=_EVAL_CLIENTS.value, cache_dir=_CACHE_DIR.value,
-      offline_data_dir=_OFFLINE.value)
+      offline_data_dir=_OFFLINE.value,
+      **{name: holder.value for name, holder in _FATHOM.items()})
 
 
 def main(argv: list[str]) -> int:

@@ -56,8 +56,13 @@ def defaults(name: str) -> dict[str, object]:
 
 def load(name: str, *, batch_size: int, epochs: int,
          max_examples: Optional[int], cache_dir: str, offline_data_dir: str,
-         seed: Optional[int]) -> LoadedTask:
-  """Converts offline data if given, then builds the task with TFF's code."""
+         seed: Optional[int], per_example: bool = False) -> LoadedTask:
+  """Converts offline data if given, then builds the task with TFF's code.
+
+  With `per_example`, TFF's train preprocessing runs with batches of one and
+  no shuffling or repetition (the algorithm's clients batch, shuffle and
+  repeat with hyperparameters they receive each round); the caller unbatches.
+  """
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
   from tasks.offline import prepare  # pylint: disable=g-import-not-at-top
   from tasks.offline import sqlite_cache  # pylint: disable=g-import-not-at-top
@@ -68,8 +73,13 @@ def load(name: str, *, batch_size: int, epochs: int,
     files = prepare.prepare(offline_data_dir, cache_dir,
                             [module.OFFLINE_DATASET])
     label = sqlite_cache.read_description(files[0])
-  train_spec = tff.simulation.baselines.ClientSpec(
-      num_epochs=epochs, batch_size=batch_size, max_elements=max_examples)
+  if per_example:
+    train_spec = tff.simulation.baselines.ClientSpec(
+        num_epochs=1, batch_size=1, max_elements=max_examples,
+        shuffle_buffer_size=1)
+  else:
+    train_spec = tff.simulation.baselines.ClientSpec(
+        num_epochs=epochs, batch_size=batch_size, max_elements=max_examples)
   eval_spec = tff.simulation.baselines.ClientSpec(
       num_epochs=1, batch_size=EVAL_BATCH_SIZE)
   baseline = module.create(train_spec, eval_spec,

@@ -19,6 +19,9 @@ class TaskDefaults:
   clients_per_round: int
   total_rounds: int
   max_examples_per_client: Optional[int] = None
+  # FATHOM's upper bound on the client learning rate (the authors' code used
+  # 0.5 for EMNIST and 1.0 for Stack Overflow).
+  fathom_max_learning_rate: float = 1.0
 
   def as_dict(self) -> dict[str, object]:
     return dataclasses.asdict(self)

@@ -14,7 +14,7 @@ ACCURACY_METRIC = 'sparse_categorical_accuracy'
 # Reddi et al.: client lr 10^-1, server SGD lr 10^0, batch 20, 10 clients.
 DEFAULTS = TaskDefaults(client_learning_rate=10**-1, server_learning_rate=1.0,
                         client_batch_size=20, clients_per_round=10,
-                        total_rounds=1500)
+                        total_rounds=1500, fathom_max_learning_rate=0.5)
 
 
 def create(train_spec: tff.simulation.baselines.ClientSpec,

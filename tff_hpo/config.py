@@ -12,7 +12,7 @@ import os
 import tempfile
 from typing import Optional
 
-ALGORITHMS = ('fedavg',)
+ALGORITHMS = ('fedavg', 'fathom')
 SERVER_OPTIMIZERS = ('sgd', 'sgdm', 'adam', 'yogi', 'adagrad')
 
 
@@ -44,6 +44,18 @@ class ExperimentConfig:
   eval_clients: int = 0  # 0: every test client.
   cache_dir: str = '.cache/tff'
   offline_data_dir: str = '../shared/datasets'  # '' -> TFF downloads.
+  # FATHOM (Algorithm 1's inputs; bounds of the authors' released code).
+  fathom_gamma_learning_rate: float = 0.01
+  fathom_gamma_epochs: float = 0.01
+  fathom_gamma_batch_size: float = 0.1
+  fathom_alpha: float = 0.5
+  fathom_min_learning_rate: float = 1e-6
+  fathom_max_learning_rate: Optional[float] = None  # The task's.
+  fathom_min_epochs: float = 1e-3
+  fathom_max_epochs: float = 10.0
+  fathom_min_batch_size: float = 1.0
+  fathom_max_batch_size: float = 5096.0
+  fathom_g_includes_learning_rate: bool = True
 
   @property
   def run_dir(self) -> str:
@@ -115,5 +127,21 @@ def resolve(config: ExperimentConfig, task_names: tuple[str, ...],
     _require(os.path.isdir(config.offline_data_dir), 'offline_data_dir',
              'an existing directory (or "" to let TFF download)',
              config.offline_data_dir)
+  for low, high in (('fathom_min_learning_rate', 'fathom_max_learning_rate'),
+                    ('fathom_min_epochs', 'fathom_max_epochs'),
+                    ('fathom_min_batch_size', 'fathom_max_batch_size')):
+    lo, hi = getattr(config, low), getattr(config, high)
+    _require(0 < lo <= hi, low, f'0 < --{low} <= --{high} ({hi})', lo)
+  for flag in ('fathom_gamma_learning_rate', 'fathom_gamma_epochs',
+               'fathom_gamma_batch_size'):
+    _require(getattr(config, flag) >= 0, flag, 'a non-negative rate',
+             getattr(config, flag))
+  _require(0 <= config.fathom_alpha < 1, 'fathom_alpha', 'in [0, 1)',
+           config.fathom_alpha)
+  if config.algorithm == 'fathom':
+    _require(config.fathom_min_learning_rate <= config.client_learning_rate
+             <= config.fathom_max_learning_rate, 'client_learning_rate',
+             'within [--fathom_min_learning_rate, --fathom_max_learning_rate]',
+             config.client_learning_rate)
   _check_writable_root(config.output_root)
   return config

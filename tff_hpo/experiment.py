@@ -75,9 +75,14 @@ class Experiment:
         epochs=config.client_epochs,
         max_examples=config.max_examples_per_client,
         cache_dir=config.cache_dir, offline_data_dir=config.offline_data_dir,
-        seed=config.seed)
+        seed=config.seed,
+        per_example=config.algorithm in algorithms.PER_EXAMPLE_DATA)
     data = self.task.baseline.datasets
-    train = data.train_data.preprocess(data.train_preprocess_fn)
+    if config.algorithm in algorithms.PER_EXAMPLE_DATA:
+      train = data.train_data.preprocess(
+          lambda ds: data.train_preprocess_fn(ds).unbatch())
+    else:
+      train = data.train_data.preprocess(data.train_preprocess_fn)
     if config.clients_per_round > len(train.client_ids):
       raise config_lib.ConfigError(
           f'--clients_per_round: expected at most {len(train.client_ids)} '
@@ -117,8 +122,9 @@ class Experiment:
 
   # -- one round --------------------------------------------------------------
 
-  def _round_metrics(self, output, counters: Counters,
+  def _round_metrics(self, output, hparams, counters: Counters,
                      seconds: float) -> dict[str, float]:
+    """Stable names first; `hparams` are those the round's clients used."""
     raw = flatten(output.metrics)
     train = {k.split('/')[-1]: v for k, v in raw.items()
              if k.startswith('client_work/train/')}
@@ -134,6 +140,7 @@ class Experiment:
         'cost/local_steps_cumulative': counters.local_steps,
         'time/round_seconds': seconds,
     }
+    released.update({f'hparams/{k}': v for k, v in flatten(hparams).items()})
     released.update({f'process/{k}': v for k, v in raw.items()})
     return released
 
@@ -192,10 +199,12 @@ class Experiment:
               + (f'resuming after round {start}' if start else 'new run'))
     for round_num in range(start + 1, cfg.total_rounds + 1):
       clients = self._sample(round_num, cfg.clients_per_round)
+      hparams = self.process.get_hparams(state)
       t0 = time.perf_counter()
       output = self._train.next(state, clients)
+      seconds = time.perf_counter() - t0
       state = output.state
-      metrics = self._round_metrics(output, counters, time.perf_counter() - t0)
+      metrics = self._round_metrics(output, hparams, counters, seconds)
       if round_num % cfg.rounds_per_eval == 0 or round_num == cfg.total_rounds:
         metrics.update(self.evaluate(state))
       for manager in releases:
@@ -231,6 +240,10 @@ class Experiment:
             f'| steps {int(m["cost/local_steps"])} '
             f'examples {int(m["cost/examples"])} '
             f'(total {int(m["cost/examples_cumulative"])})')
+    if 'hparams/client_batch_size' in m:
+      line += (f' | lr {m["hparams/client_learning_rate"]:.4f} '
+               f'E {m["hparams/client_epochs"]:.3f} '
+               f'B {m["hparams/client_batch_size"]:.2f}')
     if 'eval/loss' in m:
       line += (f' | eval acc {m["eval/accuracy"]:.4f} '
                f'loss {m["eval/loss"]:.4f}')

@@ -54,6 +54,7 @@ def _train(model, initial_weights, dataset, learning_rate, epochs, batch,
     v.assign(t)
   trainable = tuple(weights.trainable)
 
+  dataset = dataset.cache()  # Counting must not read and parse twice.
   num_examples = count_examples(dataset)
   batch_size = hypergradients.effective_batch_size(batch)
   steps = hypergradients.local_steps(num_examples, epochs, batch_size)

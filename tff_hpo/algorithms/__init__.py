@@ -6,6 +6,10 @@ from typing import Callable
 
 from tff_hpo import config as config_lib
 
+# Algorithms whose clients batch their data themselves (the batch size is
+# adapted server state), so they receive one example per dataset element.
+PER_EXAMPLE_DATA = frozenset({'fathom'})
+
 
 def build(config: config_lib.ExperimentConfig,
           model_fn: Callable[[], object]):
@@ -18,4 +22,22 @@ def build(config: config_lib.ExperimentConfig,
       config.server_momentum, config.server_epsilon)
   if config.algorithm == 'fedavg':
     return fedavg.build_fedavg(model_fn, config.client_learning_rate, server)
+  if config.algorithm == 'fathom':
+    from tff_hpo.algorithms import fathom  # pylint: disable=g-import-not-at-top
+    return fathom.build_fathom(model_fn, fathom.FathomConfig(
+        initial_learning_rate=config.client_learning_rate,
+        initial_epochs=float(config.client_epochs),
+        initial_batch_size=float(config.client_batch_size),
+        gamma_learning_rate=config.fathom_gamma_learning_rate,
+        gamma_epochs=config.fathom_gamma_epochs,
+        gamma_batch_size=config.fathom_gamma_batch_size,
+        alpha=config.fathom_alpha,
+        min_learning_rate=config.fathom_min_learning_rate,
+        max_learning_rate=config.fathom_max_learning_rate,
+        min_epochs=config.fathom_min_epochs,
+        max_epochs=config.fathom_max_epochs,
+        min_batch_size=config.fathom_min_batch_size,
+        max_batch_size=config.fathom_max_batch_size,
+        g_includes_learning_rate=config.fathom_g_includes_learning_rate),
+        server)
   raise config_lib.ConfigError(f'--algorithm: unknown {config.algorithm!r}')

@@ -1,0 +1,59 @@
+"""Every committed flagfile parses and resolves to a valid config."""
+
+from __future__ import annotations
+
+import glob
+import os
+import sys
+
+import pytest
+from absl import flags
+
+import run_experiment  # Defines the flags.
+import tasks
+from tests.conftest import ROOT
+from tff_hpo import config as config_lib
+
+FLAGFILES = sorted(
+    f for f in glob.glob(os.path.join(ROOT, 'flagfiles', '**', '*.cfg'),
+                         recursive=True)
+    if not f.endswith('_baseline.cfg'))  # Included by the others.
+
+
+@pytest.mark.parametrize('path', FLAGFILES, ids=os.path.basename)
+def test_flagfile_resolves(path, tmp_path, monkeypatch):
+  monkeypatch.chdir(ROOT)  # Flagfiles name each other relative to the root.
+  flags.FLAGS.unparse_flags()
+  flags.FLAGS([sys.argv[0], f'--flagfile={path}',
+               f'--output_root={tmp_path}', '--offline_data_dir='])
+  try:
+    cfg = run_experiment.config_from_flags()
+    cfg = config_lib.resolve(cfg, tuple(tasks.TASKS), tasks.defaults(cfg.task))
+  finally:
+    flags.FLAGS.unparse_flags()
+  assert cfg.algorithm in ('fathom', 'fedavg')
+  name = os.path.basename(path)
+  if 'table1' in path:
+    assert cfg.experiment_name == 'table1_' + name.removesuffix('.cfg')
+    if 'lr0.05' in name:
+      assert cfg.client_learning_rate == 0.05
+    if 'bs256' in name:
+      assert cfg.client_batch_size == 256
+    if name.startswith('stackoverflow_baseline'):
+      assert (cfg.client_learning_rate, cfg.client_batch_size,
+              cfg.clients_per_round) == (0.32, 16, 50)
+
+
+def test_table1_has_every_row_for_both_algorithms():
+  names = {os.path.basename(f) for f in FLAGFILES}
+  for task, rows in (('emnist', ('baseline', 'lr0.05', 'bs4', 'bs256',
+                                 'ncpr100', 'ncpr200')),
+                     ('stackoverflow', ('baseline', 'lr0.05', 'bs4', 'bs256',
+                                        'ncpr25', 'ncpr200'))):
+    for row in rows:
+      for algorithm in ('fathom', 'fedavg'):
+        assert f'{task}_{row}_{algorithm}.cfg' in names
+
+
+if __name__ == '__main__':  # Lets Bazel's py_test run the file.
+  sys.exit(pytest.main([__file__, '-q']))

@@ -1,0 +1,82 @@
+"""The papers' pure math, directly: signs, formulas, edge cases."""
+
+from __future__ import annotations
+
+import math
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tff_hpo import hypergradients as hg
+
+
+def _t(*arrays):
+  return tuple(tf.constant(a, tf.float32) for a in arrays)
+
+
+def test_cosine_matches_numpy_and_is_zero_without_direction():
+  a, b = np.array([1.0, 2.0, -1.0]), np.array([0.5, -1.0, 3.0])
+  want = a @ b / np.linalg.norm(a) / np.linalg.norm(b)
+  got = hg.cosine(_t(a[:2], a[2:]), _t(b[:2], b[2:]))
+  assert float(got) == pytest.approx(want, rel=1e-6)
+  assert float(hg.cosine(_t([0.0, 0.0]), _t([1.0, 2.0]))) == 0.0
+
+
+def test_aligned_updates_raise_the_learning_rate_and_opposed_lower_it():
+  delta = _t([1.0, 2.0])
+  h_aligned = hg.fathom_h(delta, _t([2.0, 4.1]))
+  h_opposed = hg.fathom_h(delta, _t([-1.0, -2.0]))
+  assert float(h_aligned) == pytest.approx(-1.0, abs=1e-3)
+  assert float(h_opposed) == pytest.approx(1.0)
+  eta = tf.constant(0.1)
+  assert float(hg.exponentiated_step(eta, h_aligned, 0.01)) > 0.1
+  assert float(hg.exponentiated_step(eta, h_opposed, 0.01)) < 0.1
+  assert float(hg.exponentiated_step(eta, h_opposed, 0.01)) == pytest.approx(
+      0.1 * math.exp(-0.01))
+
+
+def test_first_round_has_no_hypergradient():
+  assert float(hg.fathom_h(_t([1.0, 2.0]), _t([0.0, 0.0]))) == 0.0
+
+
+def test_hparam_step_is_eq_13_to_15():
+  eta, e, b = tf.constant(0.1), tf.constant(2.0), tf.constant(20.0)
+  h, g = tf.constant(0.3), tf.constant(-0.05)
+  new = hg.fathom_hparam_step(eta, e, b, h, g, 0.01, 0.02, 0.1)
+  np.testing.assert_allclose(
+      [float(x) for x in new],
+      [0.1 * math.exp(-0.01 * 0.3), 2.0 * math.exp(-0.02 * (0.3 - 0.05)),
+       20.0 * math.exp(-0.1 * 0.05)], rtol=1e-6)
+
+
+def test_g_of_eq_12_and_the_authors_variant():
+  assert float(hg.fathom_g(tf.constant(0.8), tf.constant(0.1))) == (
+      pytest.approx(-0.08))
+  assert float(hg.fathom_g(tf.constant(0.8), tf.constant(0.1), False)) == (
+      pytest.approx(-0.8))
+
+
+def test_smoothing_is_a_single_pole_filter():
+  sm = _t([0.0, 0.0])
+  for d in ([1.0, 0.0], [1.0, 0.0], [0.0, 4.0]):
+    sm = hg.smooth(sm, _t(d), 0.5)
+  np.testing.assert_allclose(sm[0].numpy(), [0.375, 2.0])
+
+
+@pytest.mark.parametrize('nu, epochs, batch, steps', [
+    (100, 1.0, 20, 5), (99, 1.0, 20, 4), (10, 1.0, 64, 1), (10, 2.5, 4, 6),
+    (0, 1.0, 20, 1)])
+def test_local_steps_floor_at_least_one(nu, epochs, batch, steps):
+  assert int(hg.local_steps(tf.constant(nu, tf.int64), tf.constant(epochs),
+                            tf.constant(batch, tf.int64))) == steps
+
+
+@pytest.mark.parametrize('b, want', [(0.2, 1), (1.49, 1), (2.5, 2), (19.6, 20)])
+def test_effective_batch_size_rounds_and_is_positive(b, want):
+  assert int(hg.effective_batch_size(tf.constant(b))) == want
+
+
+if __name__ == '__main__':  # Lets Bazel's py_test run the file.
+  sys.exit(pytest.main([__file__, '-q']))

@@ -1,0 +1,54 @@
+"""Report: rounds-to-target and cost at target from run CSVs."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pandas as pd
+import pytest
+
+from tff_hpo import report
+
+
+def _run(tmp_path, name, accuracies, algorithm='fedavg'):
+  run = tmp_path / name
+  run.mkdir()
+  rows = []
+  for i, acc in enumerate(accuracies, start=1):
+    rows.append({'round': i, 'eval/accuracy': acc,
+                 'cost/examples_cumulative': 100 * i,
+                 'hparams/client_learning_rate': 0.1 * i})
+  pd.DataFrame(rows).to_csv(run / 'metrics.csv', index=False)
+  (run / 'config.json').write_text(json.dumps({'algorithm': algorithm}))
+  (run / 'dataset.txt').write_text('synthetic\n')
+  return str(run)
+
+
+def test_rounds_and_examples_to_target(tmp_path):
+  a = _run(tmp_path, 'a', [0.1, float('nan'), 0.5, 0.72, 0.71])
+  b = _run(tmp_path, 'b', [0.1, 0.2, 0.3, 0.4, 0.5], algorithm='fathom')
+  table = report.summary([a, b], 0.7)
+  assert table['rounds_to_0.7'].tolist()[0] == 4
+  assert pd.isna(table['rounds_to_0.7'].tolist()[1])
+  assert table['examples_to_0.7'].tolist()[0] == 400
+  assert table['final_eval_accuracy'].tolist() == [0.71, 0.5]
+  assert table['algorithm'].tolist() == ['fedavg', 'fathom']
+
+
+def test_cli_writes_png_and_summary(tmp_path):
+  a = _run(tmp_path, 'a', [0.1, 0.8])
+  out = tmp_path / 'fig.png'
+  assert report.main(['--runs', a, '--out', str(out)]) == 0
+  assert out.stat().st_size > 1000
+  assert (tmp_path / 'fig_summary.csv').exists()
+
+
+def test_missing_run_is_a_clear_error(tmp_path, capsys):
+  assert report.main(['--runs', str(tmp_path / 'nope'),
+                      '--out', str(tmp_path / 'x.png')]) == 2
+  assert '--runs' in capsys.readouterr().err
+
+
+if __name__ == '__main__':  # Lets Bazel's py_test run the file.
+  sys.exit(pytest.main([__file__, '-q']))

@@ -1,0 +1,121 @@
+"""Reads run directories' metrics.csv and draws the comparison figures.
+
+  python -m tff_hpo.report --runs=results/x/run_a,results/x/run_b \
+      --out=results/x/comparison.png [--target=0.7]
+
+Only stable metric names are used (`eval/accuracy`, `hparams/...`,
+`cost/examples_cumulative`), so any algorithm's runs can be compared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Optional, Sequence
+
+import pandas as pd
+
+HPARAMS = (('hparams/client_learning_rate', 'client learning rate eta_L'),
+           ('hparams/client_epochs', 'epochs E'),
+           ('hparams/client_batch_size', 'batch size B'))
+
+
+def load_run(run_dir: str) -> pd.DataFrame:
+  path = os.path.join(run_dir, 'metrics.csv')
+  if not os.path.isfile(path):
+    raise FileNotFoundError(f'no metrics.csv in run directory {run_dir}')
+  return pd.read_csv(path).sort_values('round').reset_index(drop=True)
+
+
+def run_label(run_dir: str) -> str:
+  with open(os.path.join(run_dir, 'config.json')) as f:
+    return json.load(f)['algorithm']
+
+
+def dataset_label(run_dir: str) -> str:
+  path = os.path.join(run_dir, 'dataset.txt')
+  return open(path).read().strip() if os.path.exists(path) else 'unknown data'
+
+
+def rounds_to_target(frame: pd.DataFrame, target: float) -> Optional[int]:
+  """First evaluated round whose eval accuracy reaches `target`, else None."""
+  hits = frame.loc[frame['eval/accuracy'] >= target, 'round']
+  return int(hits.iloc[0]) if len(hits) else None
+
+
+def summary(run_dirs: Sequence[str], target: float) -> pd.DataFrame:
+  rows = []
+  for run_dir in run_dirs:
+    frame = load_run(run_dir)
+    evaluated = frame.dropna(subset=['eval/accuracy'])
+    hit = rounds_to_target(evaluated, target)
+    rows.append({
+        'run': os.path.basename(run_dir), 'algorithm': run_label(run_dir),
+        'rounds': int(frame['round'].max()),
+        'final_eval_accuracy': float(evaluated['eval/accuracy'].iloc[-1]),
+        'best_eval_accuracy': float(evaluated['eval/accuracy'].max()),
+        f'rounds_to_{target:g}': hit,
+        f'examples_to_{target:g}': (
+            int(frame.loc[frame['round'] == hit,
+                          'cost/examples_cumulative'].iloc[0])
+            if hit else None),
+        'examples_total': int(frame['cost/examples_cumulative'].iloc[-1]),
+    })
+  return pd.DataFrame(rows)
+
+
+def plot(run_dirs: Sequence[str], out_path: str) -> None:
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use('Agg')
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+
+  frames = {d: load_run(d) for d in run_dirs}
+  fig, axes = plt.subplots(2, 2, figsize=(11, 8))
+  ax = axes[0, 0]
+  for d, frame in frames.items():
+    ev = frame.dropna(subset=['eval/accuracy'])
+    ax.plot(ev['round'], ev['eval/accuracy'], label=run_label(d))
+  ax.set_xlabel('round')
+  ax.set_ylabel('test accuracy')
+  ax.legend()
+  ax.grid(alpha=0.3)
+  for ax, (column, title) in zip(axes.ravel()[1:], HPARAMS):
+    for d, frame in frames.items():
+      if column in frame:
+        ax.plot(frame['round'], frame[column], label=run_label(d))
+    ax.set_xlabel('round')
+    ax.set_ylabel(title)
+    ax.legend()
+    ax.grid(alpha=0.3)
+  rounds = max(int(f['round'].max()) for f in frames.values())
+  fig.suptitle(f'{dataset_label(run_dirs[0])}: {rounds} rounds', fontsize=9)
+  fig.tight_layout()
+  fig.savefig(out_path, dpi=110)
+  plt.close(fig)
+
+
+def main(argv: Sequence[str]) -> int:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument('--runs', required=True,
+                      help='comma-separated run directories')
+  parser.add_argument('--out', required=True, help='PNG path')
+  parser.add_argument('--target', type=float, default=0.7,
+                      help='test accuracy target for the summary table')
+  args = parser.parse_args(argv)
+  runs = args.runs.split(',')
+  try:
+    table = summary(runs, args.target)
+  except FileNotFoundError as e:
+    print(f'error: --runs: {e}', file=sys.stderr)
+    return 2
+  plot(runs, args.out)
+  table.to_csv(os.path.splitext(args.out)[0] + '_summary.csv', index=False)
+  with pd.option_context('display.width', 200):
+    print(table.to_string(index=False))
+  return 0
+
+
+if __name__ == '__main__':
+  sys.exit(main(sys.argv[1:]))
