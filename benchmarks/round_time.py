@@ -1,11 +1,15 @@
-"""Times FedAvg rounds on EMNIST CR (offline FEMNIST subset) and writes them.
+"""Times training rounds of each algorithm on EMNIST CR in one process.
 
-  python benchmarks/round_time.py [--rounds=30] [--warmup=3]
+  python benchmarks/round_time.py [--algorithms=fedavg,fathom] [--rounds=30]
 
-Each round's wall time is what the training loop measures around
-`process.next` (dataset construction from client ids included, evaluation and
-file writes excluded). Writes benchmarks/results/fedavg_round_time.json (summary)
-and fedavg_round_time.csv (every round).
+Every algorithm runs the same rounds with the same seed, so the same clients
+(offline FEMNIST subset, Reddi et al.'s EMNIST CR settings). A round's time is
+what the training loop measures around `process.next` (client datasets built
+from ids included; evaluation and file writes excluded). Algorithms may take
+different numbers of local steps for the same clients (FATHOM floors
+nu_i E / B, TFF's FedAvg runs the partial last batch too), so the comparison
+is per local step. Writes benchmarks/results/round_time.json (summary and
+ratios) and round_time.csv (every round).
 """
 
 from __future__ import annotations
@@ -24,8 +28,34 @@ sys.path.insert(0, ROOT)
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
 
+def time_rounds(algorithm: str, rounds: int, warmup: int, cache_dir: str):
+  """Per-round records and the dataset label for one algorithm."""
+  import tasks  # pylint: disable=g-import-not-at-top
+  from tff_hpo import config as config_lib  # pylint: disable=g-import-not-at-top
+  from tff_hpo import experiment  # pylint: disable=g-import-not-at-top
+
+  rows = []
+  total = warmup + rounds
+  with tempfile.TemporaryDirectory() as tmp:
+    cfg = config_lib.resolve(
+        config_lib.ExperimentConfig(
+            task='emnist_cr', algorithm=algorithm, total_rounds=total,
+            rounds_per_eval=total + 1, rounds_per_checkpoint=total + 1,
+            output_root=tmp, cache_dir=cache_dir,
+            offline_data_dir=os.path.join(ROOT, '..', 'shared', 'datasets')),
+        tuple(tasks.TASKS), tasks.defaults('emnist_cr'))
+    exp = experiment.Experiment(cfg, out=io.StringIO())
+    exp.run(on_round=lambda r, m: rows.append(
+        {'algorithm': algorithm, 'round': r,
+         'seconds': m['time/round_seconds'],
+         'local_steps': int(m['cost/local_steps']),
+         'examples': int(m['cost/examples'])}))
+  return rows, exp.task.dataset_label, cfg
+
+
 def main() -> int:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument('--algorithms', default='fedavg,fathom')
   parser.add_argument('--rounds', type=int, default=30)
   parser.add_argument('--warmup', type=int, default=3)
   parser.add_argument('--cache_dir', default=os.path.join(ROOT, '.cache/tff'))
@@ -34,56 +64,49 @@ def main() -> int:
   args = parser.parse_args()
 
   import numpy as np  # pylint: disable=g-import-not-at-top
-  import tasks  # pylint: disable=g-import-not-at-top
-  from tff_hpo import config as config_lib  # pylint: disable=g-import-not-at-top
-  from tff_hpo import experiment  # pylint: disable=g-import-not-at-top
   from tff_hpo import runtime  # pylint: disable=g-import-not-at-top
 
   runtime.install()
-  rows = []
+  all_rows, per_algorithm = [], {}
   try:
-    with tempfile.TemporaryDirectory() as tmp:
-      total = args.warmup + args.rounds
-      cfg = config_lib.resolve(
-          config_lib.ExperimentConfig(
-              task='emnist_cr', total_rounds=total, rounds_per_eval=total + 1,
-              rounds_per_checkpoint=total + 1, output_root=tmp,
-              cache_dir=args.cache_dir,
-              offline_data_dir=os.path.join(ROOT, '..', 'shared', 'datasets')),
-          tuple(tasks.TASKS), tasks.defaults('emnist_cr'))
-      exp = experiment.Experiment(cfg, out=io.StringIO())
-      exp.run(on_round=lambda r, m: rows.append(
-          {'round': r, 'seconds': m['time/round_seconds'],
-           'local_steps': int(m['cost/local_steps']),
-           'examples': int(m['cost/examples'])}))
+    for algorithm in args.algorithms.split(','):
+      rows, label, cfg = time_rounds(algorithm, args.rounds, args.warmup,
+                                     args.cache_dir)
+      all_rows += rows
+      timed = rows[args.warmup:]
+      secs = np.array([r['seconds'] for r in timed])
+      steps = np.array([r['local_steps'] for r in timed])
+      per_algorithm[algorithm] = {
+          'round_seconds_mean': float(secs.mean()),
+          'round_seconds_median': float(np.median(secs)),
+          'round_seconds_std': float(secs.std()),
+          'local_steps_per_round_mean': float(steps.mean()),
+          'ms_per_local_step': float(1000 * secs.sum() / steps.sum()),
+      }
   finally:
     runtime.shutdown()
 
-  timed = rows[args.warmup:]
-  secs = np.array([r['seconds'] for r in timed])
-  steps = np.array([r['local_steps'] for r in timed])
   summary = {
-      'benchmark': 'FedAvg round time, EMNIST CR CNN (cnn_dropout)',
-      'dataset': exp.task.dataset_label,
+      'benchmark': 'round time, EMNIST CR CNN (cnn_dropout), same clients',
+      'dataset': label,
       'clients_per_round': cfg.clients_per_round,
       'client_batch_size': cfg.client_batch_size,
-      'client_epochs': cfg.client_epochs,
       'warmup_rounds': args.warmup, 'timed_rounds': args.rounds,
-      'round_seconds_mean': float(secs.mean()),
-      'round_seconds_median': float(np.median(secs)),
-      'round_seconds_std': float(secs.std()),
-      'local_steps_per_round_mean': float(steps.mean()),
-      'ms_per_local_step': float(1000 * secs.sum() / steps.sum()),
       'machine': f'{platform.machine()}, {os.cpu_count()} cores',
+      'algorithms': per_algorithm,
   }
+  if 'fedavg' in per_algorithm:
+    base = per_algorithm['fedavg']['ms_per_local_step']
+    summary['ms_per_local_step_ratio_to_fedavg'] = {
+        a: v['ms_per_local_step'] / base for a, v in per_algorithm.items()}
   os.makedirs(args.out_dir, exist_ok=True)
-  with open(os.path.join(args.out_dir, 'fedavg_round_time.json'), 'w') as f:
+  with open(os.path.join(args.out_dir, 'round_time.json'), 'w') as f:
     json.dump(summary, f, indent=1)
-  with open(os.path.join(args.out_dir, 'fedavg_round_time.csv'), 'w',
+  with open(os.path.join(args.out_dir, 'round_time.csv'), 'w',
             newline='') as f:
-    writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+    writer = csv.DictWriter(f, fieldnames=list(all_rows[0]))
     writer.writeheader()
-    writer.writerows(rows)
+    writer.writerows(all_rows)
   print(json.dumps(summary, indent=1))
   return 0
 

@@ -82,6 +82,8 @@ def test_matches_numpy_reference_for_six_rounds():
                                nu @ want['phis'] / nu.sum(), rtol=1e-5)
     np.testing.assert_allclose([m['fathom']['h'], m['fathom']['g']],
                                [want['h'], want['g']], rtol=1e-5, atol=1e-6)
+    last = state['last_hypergradients']
+    assert (last['h'], last['g']) == (m['fathom']['h'], m['fathom']['g'])
     assert m['cost']['local_steps'] == sum(want['steps'])
     assert m['cost']['local_steps_max'] == max(want['steps'])
     batches.add(int(np.round(hp['client_batch_size'])))

@@ -126,6 +126,8 @@ def build_fathom(
         delta_sm=tuple(tf.zeros_like(v) for v in trainable),
         server_optimizer_state=server_optimizer.initialize(
             tuple(tf.TensorSpec(v.shape, v.dtype) for v in trainable)),
+        last_hypergradients=collections.OrderedDict(
+            h=tf.constant(0.0), g=tf.constant(0.0)),
         skipped_non_finite=tf.constant(0, tf.int32),
     )
 
@@ -221,12 +223,15 @@ def build_fathom(
                       delta_sm),
         server_optimizer_state=pick(update_ok, opt_state,
                                     state['server_optimizer_state']),
+        last_hypergradients=collections.OrderedDict(
+            h=tf.where(hyper_ok, h, 0.0), g=tf.where(hyper_ok, g, 0.0)),
         skipped_non_finite=state['skipped_non_finite'] + tf.cast(
             tf.logical_not(hyper_ok), tf.int32),
     )
     metrics = collections.OrderedDict(
         client_learning_rate=eta, client_epochs=epochs, client_batch_size=batch,
-        h=tf.where(hyper_ok, h, 0.0), g=tf.where(hyper_ok, g, 0.0),
+        h=new_state['last_hypergradients']['h'],
+        g=new_state['last_hypergradients']['g'],
         mean_phi=mean_phi,
         update_norm=tf.where(update_ok, hypergradients.norm(mean_delta), 0.0),
         skipped_non_finite=new_state['skipped_non_finite'])
