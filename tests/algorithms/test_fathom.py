@@ -10,28 +10,12 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tests.algorithms import fathom_reference
+from tests.algorithms import linear_model
 from tff_hpo.algorithms import fathom
 
 
 def _data(seed=0, sizes=(7, 12, 9)):
-  rng = np.random.default_rng(seed)
-  out = []
-  for n in sizes:
-    x = rng.normal(size=(n, 2)).astype(np.float32)
-    y = (x @ np.array([1.5, -2.0], np.float32) + 0.3
-         + 0.1 * rng.normal(size=n).astype(np.float32))
-    out.append((x, y[:, None]))
-  return out
-
-
-def _model_fn():
-  keras_model = tf.keras.Sequential([tf.keras.layers.Dense(
-      1, kernel_initializer='zeros', bias_initializer='zeros',
-      input_shape=(2,))])
-  return tff.learning.models.from_keras_model(
-      keras_model, loss=tf.keras.losses.MeanSquaredError(),
-      input_spec=(tf.TensorSpec([None, 2], tf.float32),
-                  tf.TensorSpec([None, 1], tf.float32)))
+  return linear_model.client_data(seed, sizes)
 
 
 def _datasets(data):
@@ -46,7 +30,7 @@ CFG = dict(eta=0.05, epochs=1.0, batch=3.0, gamma_eta=0.5, gamma_epochs=0.8,
 
 def _process(**overrides):
   c = dict(CFG, **overrides)
-  return fathom.build_fathom(_model_fn, fathom.FathomConfig(
+  return fathom.build_fathom(linear_model.model_fn, fathom.FathomConfig(
       initial_learning_rate=c['eta'], initial_epochs=c['epochs'],
       initial_batch_size=c['batch'], gamma_learning_rate=c['gamma_eta'],
       gamma_epochs=c['gamma_epochs'], gamma_batch_size=c['gamma_batch'],
@@ -139,7 +123,7 @@ def test_non_finite_update_is_skipped_and_counted():
 
 
 def test_bounds_hold_under_huge_rates():
-  process = fathom.build_fathom(_model_fn, fathom.FathomConfig(
+  process = fathom.build_fathom(linear_model.model_fn, fathom.FathomConfig(
       initial_learning_rate=0.05, initial_batch_size=2.0,
       gamma_learning_rate=1e4, gamma_epochs=1e4, gamma_batch_size=1e4,
       max_learning_rate=0.2, max_epochs=3.0, max_batch_size=8.0,

@@ -3,39 +3,17 @@
 from __future__ import annotations
 
 import sys
-import collections
 
 import numpy as np
 import pytest
 import tensorflow as tf
-import tensorflow_federated as tff
 
+from tests.algorithms import linear_model
 from tff_hpo import optimizers
 from tff_hpo.algorithms import fedavg
 
 BATCH = 2
 CLIENT_LR = 0.1
-
-
-def _client_data(seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
-  rng = np.random.default_rng(seed)
-  true_w = np.array([[1.0], [-2.0]], np.float32)
-  data = []
-  for n in (3, 5, 4):  # Unequal sizes, so the example weighting matters.
-    x = rng.normal(size=(n, 2)).astype(np.float32)
-    data.append((x, x @ true_w + 0.5 + rng.normal(size=(n, 1)).astype(
-        np.float32) * 0.1))
-  return data
-
-
-def _model_fn():
-  keras_model = tf.keras.Sequential([tf.keras.layers.Dense(
-      1, kernel_initializer='zeros', bias_initializer='zeros',
-      input_shape=(2,))])
-  return tff.learning.models.from_keras_model(
-      keras_model, loss=tf.keras.losses.MeanSquaredError(),
-      input_spec=(tf.TensorSpec([None, 2], tf.float32),
-                  tf.TensorSpec([None, 1], tf.float32)))
 
 
 def _numpy_fedavg(data, rounds, server_lr, momentum):
@@ -65,9 +43,9 @@ def _numpy_fedavg(data, rounds, server_lr, momentum):
 @pytest.mark.parametrize('name, server_lr, momentum', [
     ('sgd', 1.0, 0.0), ('sgd', 0.7, 0.0), ('sgdm', 0.5, 0.9)])
 def test_fedavg_matches_numpy(name, server_lr, momentum):
-  data = _client_data(0)
+  data = linear_model.client_data(0, (3, 5, 4))  # Unequal: weighting matters.
   process = fedavg.build_fedavg(
-      _model_fn, CLIENT_LR,
+      linear_model.model_fn, CLIENT_LR,
       optimizers.server_optimizer(name, server_lr, momentum=momentum))
   datasets = [tf.data.Dataset.from_tensor_slices(d).batch(BATCH) for d in data]
   state = process.initialize()

@@ -1,0 +1,33 @@
+"""The tiny model the NumPy references use: linear regression, zero init."""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+NUM_FEATURES = 2
+
+
+def model_fn() -> tff.learning.models.VariableModel:
+  """y = x w + b with mean squared error, w and b starting at zero."""
+  keras_model = tf.keras.Sequential([tf.keras.layers.Dense(
+      1, kernel_initializer='zeros', bias_initializer='zeros',
+      input_shape=(NUM_FEATURES,))])
+  return tff.learning.models.from_keras_model(
+      keras_model, loss=tf.keras.losses.MeanSquaredError(),
+      input_spec=(tf.TensorSpec([None, NUM_FEATURES], tf.float32),
+                  tf.TensorSpec([None, 1], tf.float32)))
+
+
+def client_data(seed: int, sizes: tuple[int, ...]
+                ) -> list[tuple[np.ndarray, np.ndarray]]:
+  """Noisy linear data, one (x, y) pair of arrays per client."""
+  rng = np.random.default_rng(seed)
+  true_w = np.array([[1.5], [-2.0]], np.float32)
+  data = []
+  for n in sizes:
+    x = rng.normal(size=(n, NUM_FEATURES)).astype(np.float32)
+    noise = 0.1 * rng.normal(size=(n, 1)).astype(np.float32)
+    data.append((x, x @ true_w + 0.3 + noise))
+  return data
