@@ -13,8 +13,8 @@ This module owns that process instead:
 * the worker writes to a log file, never to our stdout/stderr, so even a
   surviving worker could not hold a pipe;
 * `shutdown()` runs at normal exit (atexit), on exceptions, and on SIGINT or
-  SIGTERM (turned into `KeyboardInterrupt` / `SystemExit` so that `finally`
-  blocks and atexit handlers run).
+  SIGTERM (Python's `KeyboardInterrupt`, and SIGTERM turned into
+  `SystemExit`, so that `finally` blocks and atexit handlers run).
 
 Only the worker start-up differs from TFF's `local_cpp_executor_factory`; the
 executor stack, compiler and argument transforms are TFF's own. These are TFF
@@ -159,12 +159,12 @@ def install(default_num_clients: int = 0) -> None:
     )
     tff.framework.set_default_context(context)
     atexit.register(shutdown)
-    if threading.current_thread() is threading.main_thread():
+    # SIGINT already raises KeyboardInterrupt; SIGTERM would kill Python
+    # without running atexit or `finally`. Leave handlers someone else set
+    # (a notebook kernel, a test runner) alone.
+    if (threading.current_thread() is threading.main_thread() and
+        signal.getsignal(signal.SIGTERM) is signal.SIG_DFL):
       signal.signal(signal.SIGTERM, _raise_system_exit)
-      if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
-        pass  # Respect a parent that asked us to ignore SIGINT.
-      else:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
     _installed = True
 
 
