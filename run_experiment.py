@@ -77,13 +77,18 @@ _FATHOM_HELP = {
     'fathom_g_includes_learning_rate': 'G_t keeps eq. (12)\'s eta_L factor '
                                        '(False: the authors\' code).',
 }
+_ALGORITHM_HELP = {
+    **{k: f'FATHOM: {v}' for k, v in _FATHOM_HELP.items()},
+    'fedexp_epsilon': 'FedExP: epsilon of eq. (9) (default: the paper\'s '
+                      'EMNIST value 10^-1).',
+}
 _DEFINE = {float: flags.DEFINE_float, bool: flags.DEFINE_bool}
-_FATHOM = {}
+_ALGORITHM_FLAGS = {}
 for _field in dataclasses.fields(config_lib.ExperimentConfig):
-  if _field.name.startswith('fathom_'):
+  if _field.name in _ALGORITHM_HELP:
     _kind = bool if isinstance(_field.default, bool) else float
-    _FATHOM[_field.name] = _DEFINE[_kind](
-        _field.name, _field.default, f'FATHOM: {_FATHOM_HELP[_field.name]}')
+    _ALGORITHM_FLAGS[_field.name] = _DEFINE[_kind](
+        _field.name, _field.default, _ALGORITHM_HELP[_field.name])
 
 
 def config_from_flags() -> config_lib.ExperimentConfig:
@@ -101,7 +106,7 @@ def config_from_flags() -> config_lib.ExperimentConfig:
       rounds_per_checkpoint=_CKPT_EVERY.value,
       eval_clients=_EVAL_CLIENTS.value, cache_dir=_CACHE_DIR.value,
       offline_data_dir=_OFFLINE.value,
-      **{name: holder.value for name, holder in _FATHOM.items()})
+      **{name: holder.value for name, holder in _ALGORITHM_FLAGS.items()})
 
 
 def main(argv: list[str]) -> int:

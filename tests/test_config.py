@@ -41,6 +41,21 @@ def test_bad_value_names_its_flag(tmp_path, field, value):
     _resolve(tmp_path, **{field: value})
 
 
+@pytest.mark.parametrize('field, value', [
+    ('server_optimizer', 'adam'), ('server_learning_rate', 0.5),
+    ('fedexp_epsilon', -0.1)])
+def test_fedexp_owns_the_server_step(tmp_path, field, value):
+  with pytest.raises(config_lib.ConfigError, match=f'^--{field}: expected'):
+    _resolve(tmp_path, algorithm='fedexp', **{field: value})
+
+
+def test_fathom_initial_learning_rate_within_bounds(tmp_path):
+  with pytest.raises(config_lib.ConfigError, match='^--client_learning_rate'):
+    _resolve(tmp_path, algorithm='fathom', client_learning_rate=0.9)
+  with pytest.raises(config_lib.ConfigError, match='^--fathom_min_epochs'):
+    _resolve(tmp_path, algorithm='fathom', fathom_min_epochs=20.0)
+
+
 def test_missing_offline_dir_is_refused(tmp_path):
   cfg = dataclasses.replace(config_lib.ExperimentConfig(),
                             offline_data_dir=str(tmp_path / 'nope'),

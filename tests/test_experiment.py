@@ -80,6 +80,27 @@ def test_fathom_learns_and_adapts_on_femnist_subset(tmp_path, cache_dir):
   assert all(float(r['process/cost/local_steps_max']) >= 1 for r in rows)
 
 
+def test_fedexp_evaluates_the_average_of_the_last_two_iterates(tmp_path,
+                                                              cache_dir):
+  cfg = _config(tmp_path, cache_dir, algorithm='fedexp', total_rounds=2,
+                rounds_per_eval=2, eval_clients=20, experiment_name='fedexp')
+  exp = experiment.Experiment(cfg, out=io.StringIO())
+  before = exp.process.initialize()
+  after = exp._train.next(before, exp._sample(1, cfg.clients_per_round)).state
+  got = exp.evaluate(after, exp.process.get_model_weights(before))
+  w0, w1 = (exp.process.get_model_weights(s) for s in (before, after))
+  average = type(w1)(
+      trainable=[(np.asarray(a) + np.asarray(b)) / 2
+                 for a, b in zip(w1.trainable, w0.trainable)],
+      non_trainable=list(w1.non_trainable))
+  want = exp._evaluate_weights(average, 'eval')
+  last = exp._evaluate_weights(w1, 'eval_last_iterate')
+  assert got['eval/loss'] == pytest.approx(want['eval/loss'], rel=1e-6)
+  assert got['eval_last_iterate/loss'] == pytest.approx(
+      last['eval_last_iterate/loss'], rel=1e-6)
+  assert got['eval/loss'] != pytest.approx(got['eval_last_iterate/loss'])
+
+
 @pytest.mark.parametrize('algorithm', ['fedavg', 'fathom'])
 def test_resume_after_crash_equals_uninterrupted_run(tmp_path, cache_dir,
                                                      algorithm):

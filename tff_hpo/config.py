@@ -12,7 +12,7 @@ import os
 import tempfile
 from typing import Optional
 
-ALGORITHMS = ('fedavg', 'fathom')
+ALGORITHMS = ('fedavg', 'fathom', 'fedexp')
 SERVER_OPTIMIZERS = ('sgd', 'sgdm', 'adam', 'yogi', 'adagrad')
 
 
@@ -56,6 +56,8 @@ class ExperimentConfig:
   fathom_min_batch_size: float = 1.0
   fathom_max_batch_size: float = 5096.0
   fathom_g_includes_learning_rate: bool = True
+  # FedExP (the paper's tuned EMNIST value, with client lr 10^-0.5).
+  fedexp_epsilon: float = 0.1
 
   @property
   def run_dir(self) -> str:
@@ -143,5 +145,13 @@ def resolve(config: ExperimentConfig, task_names: tuple[str, ...],
              <= config.fathom_max_learning_rate, 'client_learning_rate',
              'within [--fathom_min_learning_rate, --fathom_max_learning_rate]',
              config.client_learning_rate)
+  _require(config.fedexp_epsilon >= 0, 'fedexp_epsilon', 'a number >= 0',
+           config.fedexp_epsilon)
+  if config.algorithm == 'fedexp':
+    # FedExP's server step is eta_g itself, applied by server SGD at lr 1.
+    _require(config.server_optimizer == 'sgd', 'server_optimizer',
+             '"sgd" with --algorithm=fedexp', config.server_optimizer)
+    _require(config.server_learning_rate == 1.0, 'server_learning_rate',
+             '1.0 with --algorithm=fedexp', config.server_learning_rate)
   _check_writable_root(config.output_root)
   return config

@@ -21,6 +21,7 @@ import time
 from typing import Any, Callable, Optional, TextIO
 
 import numpy as np
+import tensorflow as tf
 
 from tff_hpo import config as config_lib
 
@@ -62,7 +63,6 @@ class Experiment:
 
   def __init__(self, config: config_lib.ExperimentConfig,
                out: TextIO = sys.stdout):
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
     import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
     import tasks  # pylint: disable=g-import-not-at-top
     from tff_hpo import algorithms  # pylint: disable=g-import-not-at-top
@@ -89,6 +89,8 @@ class Experiment:
           f'(the train clients of {config.task}), got '
           f'{config.clients_per_round}')
     self.process = algorithms.build(config, self.task.model_fn)
+    self._average_last_two = (
+        config.algorithm in algorithms.EVAL_AVERAGE_OF_LAST_TWO)
     self._train = tff.simulation.compose_dataset_computation_with_learning_process(
         train.dataset_computation, self.process)
     self._sample = tff.simulation.build_uniform_sampling_fn(
@@ -108,16 +110,29 @@ class Experiment:
 
   # -- evaluation -----------------------------------------------------------
 
-  def evaluate(self, state) -> dict[str, float]:
-    """Federated evaluation of the current global model on the test clients."""
-    eval_state = self._eval_process.set_model_weights(
-        self._eval_state, self.process.get_model_weights(state))
+  def evaluate(self, state, previous_weights=None) -> dict[str, float]:
+    """Federated evaluation on the test clients.
+
+    With `previous_weights` (the global model before this round), `eval/` is
+    the average of the last two iterates and `eval_last_iterate/` the last.
+    """
+    weights = self.process.get_model_weights(state)
+    if previous_weights is None:
+      return self._evaluate_weights(weights, 'eval')
+    average = tf.nest.map_structure(lambda a, b: (a + b) / 2, weights,
+                                    previous_weights)
+    return {**self._evaluate_weights(average, 'eval'),
+            **self._evaluate_weights(weights, 'eval_last_iterate')}
+
+  def _evaluate_weights(self, weights, prefix: str) -> dict[str, float]:
+    eval_state = self._eval_process.set_model_weights(self._eval_state,
+                                                      weights)
     output = self._eval.next(eval_state, self._eval_ids)
     metrics = flatten(
         output.metrics['client_work']['eval']['current_round_metrics'])
-    released = {'eval/accuracy': metrics[self.task.accuracy_metric],
-                'eval/loss': metrics['loss']}
-    released.update({f'eval/{k}': v for k, v in metrics.items()})
+    released = {f'{prefix}/accuracy': metrics[self.task.accuracy_metric],
+                f'{prefix}/loss': metrics['loss']}
+    released.update({f'{prefix}/{k}': v for k, v in metrics.items()})
     return released
 
   # -- one round --------------------------------------------------------------
@@ -199,14 +214,18 @@ class Experiment:
               + (f'resuming after round {start}' if start else 'new run'))
     for round_num in range(start + 1, cfg.total_rounds + 1):
       clients = self._sample(round_num, cfg.clients_per_round)
+      evaluate = (round_num % cfg.rounds_per_eval == 0 or
+                  round_num == cfg.total_rounds)
+      previous = (self.process.get_model_weights(state)
+                  if evaluate and self._average_last_two else None)
       hparams = self.process.get_hparams(state)
       t0 = time.perf_counter()
       output = self._train.next(state, clients)
       seconds = time.perf_counter() - t0
       state = output.state
       metrics = self._round_metrics(output, hparams, counters, seconds)
-      if round_num % cfg.rounds_per_eval == 0 or round_num == cfg.total_rounds:
-        metrics.update(self.evaluate(state))
+      if evaluate:
+        metrics.update(self.evaluate(state, previous))
       for manager in releases:
         _run(manager.release(metrics, key=round_num))
       self._log(self._progress_line(round_num, metrics))

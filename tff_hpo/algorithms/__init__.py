@@ -9,6 +9,9 @@ from tff_hpo import config as config_lib
 # Algorithms whose clients batch their data themselves (the batch size is
 # adapted server state), so they receive one example per dataset element.
 PER_EXAMPLE_DATA = frozenset({'fathom'})
+# Algorithms whose model for evaluation is the average of the last two global
+# iterates (FedExP, Section 5); the last iterate is reported beside it.
+EVAL_AVERAGE_OF_LAST_TWO = frozenset({'fedexp'})
 
 
 def build(config: config_lib.ExperimentConfig,
@@ -22,6 +25,10 @@ def build(config: config_lib.ExperimentConfig,
       config.server_momentum, config.server_epsilon)
   if config.algorithm == 'fedavg':
     return fedavg.build_fedavg(model_fn, config.client_learning_rate, server)
+  if config.algorithm == 'fedexp':
+    from tff_hpo.algorithms import fedexp  # pylint: disable=g-import-not-at-top
+    return fedexp.build_fedexp(model_fn, config.client_learning_rate,
+                               config.fedexp_epsilon)
   if config.algorithm == 'fathom':
     from tff_hpo.algorithms import fathom  # pylint: disable=g-import-not-at-top
     return fathom.build_fathom(model_fn, fathom.FathomConfig(

@@ -1,0 +1,60 @@
+"""Aggregation factories that plug into TFF's learning-process composers."""
+
+from __future__ import annotations
+
+import collections
+
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_hpo import extrapolation
+from tff_hpo import hypergradients
+
+
+class FedExPMeanFactory(tff.aggregators.UnweightedAggregationFactory):
+  """Unweighted mean of client updates, scaled by FedExP's server step.
+
+  Each client uploads its update and one extra scalar, ||Delta_i||^2; the
+  server returns eta_g * mean(Delta_i) (FedExP Algorithm 1, lines 11-12), so a
+  server SGD optimizer with learning rate 1 then applies
+  w <- w - eta_g mean(Delta). Measurements: eta_g and the norms behind it.
+  """
+
+  def __init__(self, epsilon: float):
+    if not epsilon >= 0:
+      raise ValueError(f'FedExP epsilon: expected >= 0, got {epsilon}')
+    self._epsilon = epsilon
+
+  def create(self, value_type) -> tff.templates.AggregationProcess:
+    epsilon = self._epsilon
+
+    @tff.tensorflow.computation(value_type)
+    def squared_norm(update):
+      norm = hypergradients.norm(update)
+      return norm * norm
+
+    @tff.tensorflow.computation(value_type, tf.float32)
+    def extrapolate(mean_update, mean_squared_norm):
+      mean_norm = hypergradients.norm(mean_update)
+      step = extrapolation.fedexp_server_step(
+          mean_squared_norm, mean_norm * mean_norm, epsilon)
+      scaled = tf.nest.map_structure(lambda t: step * t, mean_update)
+      return scaled, collections.OrderedDict(
+          server_step=step, mean_client_update_squared_norm=mean_squared_norm,
+          mean_update_norm=mean_norm)
+
+    @tff.federated_computation
+    def initialize():
+      return tff.federated_value((), tff.SERVER)
+
+    @tff.federated_computation(initialize.type_signature.result,
+                               tff.FederatedType(value_type, tff.CLIENTS))
+    def next_fn(state, value):
+      mean = tff.federated_mean(value)
+      mean_squared_norm = tff.federated_mean(
+          tff.federated_map(squared_norm, value))
+      scaled, measurements = tff.federated_map(
+          extrapolate, (mean, mean_squared_norm))
+      return tff.templates.MeasuredProcessOutput(state, scaled, measurements)
+
+    return tff.templates.AggregationProcess(initialize, next_fn)
