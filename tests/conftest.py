@@ -7,6 +7,7 @@ the session fails loudly if any worker_binary outlives it (CI would hang).
 from __future__ import annotations
 
 import os
+import signal
 import sys
 
 import psutil
@@ -37,9 +38,18 @@ def cache_dir() -> str:
   return CACHE_DIR
 
 
+def _terminate(signum, frame):  # pylint: disable=unused-argument
+  """SIGTERM ends the whole session (pytest would swallow SystemExit)."""
+  from tff_hpo import runtime
+  runtime.shutdown()
+  signal.signal(signum, signal.SIG_DFL)
+  os.kill(os.getpid(), signum)
+
+
 @pytest.fixture(scope='session', autouse=True)
 def tff_runtime():
   from tff_hpo import runtime
+  signal.signal(signal.SIGTERM, _terminate)  # Before install(): it keeps it.
   runtime.install()
   yield runtime
   runtime.shutdown()

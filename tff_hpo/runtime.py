@@ -121,6 +121,7 @@ def worker_pid() -> Optional[int]:
 
 
 def _raise_system_exit(signum, frame):  # pylint: disable=unused-argument
+  shutdown()  # First: a caller may swallow SystemExit (pytest does).
   raise SystemExit(128 + signum)
 
 
