@@ -26,10 +26,11 @@ data: setup
 run: data
 	$(PY) run_experiment.py --flagfile=flagfiles/emnist_fedavg_quick.cfg
 
-# Every pytest test, then `bazel build //...` and the fast tests through Bazel.
+# `bazel build //...` and the fast tests through Bazel, then every pytest test
+# (pytest last, so its summary closes the output).
 test: data
-	$(PY) -m pytest -q tests
 	bash .ci/bazel.sh
+	$(PY) -m pytest -q tests
 
 test-fast: data
 	$(PY) -m pytest -q -m "not slow" tests
