@@ -116,10 +116,7 @@ def main(argv: list[str]) -> int:
   from tasks.offline import sqlite_cache  # pylint: disable=g-import-not-at-top
   from tff_hpo import runtime  # pylint: disable=g-import-not-at-top
   try:
-    cfg = flags_config = config_from_flags()
-    cfg = config_lib.resolve(flags_config, tuple(tasks.TASKS),
-                             tasks.defaults(flags_config.task)
-                             if flags_config.task in tasks.TASKS else {})
+    cfg = tasks.resolve_config(config_from_flags())
     runtime.install()
     from tff_hpo import experiment  # pylint: disable=g-import-not-at-top
     experiment.Experiment(cfg).run()

@@ -37,13 +37,12 @@ def time_rounds(algorithm: str, rounds: int, warmup: int, cache_dir: str):
   rows = []
   total = warmup + rounds
   with tempfile.TemporaryDirectory() as tmp:
-    cfg = config_lib.resolve(
+    cfg = tasks.resolve_config(
         config_lib.ExperimentConfig(
             task='emnist_cr', algorithm=algorithm, total_rounds=total,
             rounds_per_eval=total + 1, rounds_per_checkpoint=total + 1,
             output_root=tmp, cache_dir=cache_dir,
-            offline_data_dir=os.path.join(ROOT, '..', 'shared', 'datasets')),
-        tuple(tasks.TASKS), tasks.defaults('emnist_cr'))
+            offline_data_dir=os.path.join(ROOT, '..', 'shared', 'datasets')))
     exp = experiment.Experiment(cfg, out=io.StringIO())
     exp.run(on_round=lambda r, m: rows.append(
         {'algorithm': algorithm, 'round': r,

@@ -54,6 +54,14 @@ def defaults(name: str) -> dict[str, object]:
   return TASKS[name].DEFAULTS.as_dict()
 
 
+def resolve_config(config):
+  """`tff_hpo.config.resolve` with this registry's names and defaults."""
+  from tff_hpo import config as config_lib  # pylint: disable=g-import-not-at-top
+  return config_lib.resolve(
+      config, tuple(TASKS),
+      defaults(config.task) if config.task in TASKS else {})
+
+
 def load(name: str, *, batch_size: int, epochs: int,
          max_examples: Optional[int], cache_dir: str, offline_data_dir: str,
          seed: Optional[int], per_example: bool = False) -> LoadedTask:

@@ -14,9 +14,7 @@ from tff_hpo import config as config_lib
 def _resolve(tmp_path, **kw):
   cfg = config_lib.ExperimentConfig(output_root=str(tmp_path / 'runs'),
                                     offline_data_dir='', **kw)
-  return config_lib.resolve(cfg, tuple(tasks.TASKS),
-                            tasks.defaults(cfg.task)
-                            if cfg.task in tasks.TASKS else {})
+  return tasks.resolve_config(cfg)
 
 
 def test_task_defaults_fill_unset_fields(tmp_path):
@@ -61,7 +59,7 @@ def test_missing_offline_dir_is_refused(tmp_path):
                             offline_data_dir=str(tmp_path / 'nope'),
                             output_root=str(tmp_path))
   with pytest.raises(config_lib.ConfigError, match='--offline_data_dir'):
-    config_lib.resolve(cfg, tuple(tasks.TASKS), tasks.defaults('emnist_cr'))
+    tasks.resolve_config(cfg)
 
 
 def test_output_root_under_a_file_is_refused(tmp_path):

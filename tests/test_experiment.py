@@ -23,7 +23,7 @@ def _config(tmp_path, cache_dir, **overrides) -> config_lib.ExperimentConfig:
   cfg = config_lib.ExperimentConfig(
       task='emnist_cr', output_root=str(tmp_path), cache_dir=cache_dir,
       offline_data_dir=SHARED_DATA, **overrides)
-  return config_lib.resolve(cfg, tuple(tasks.TASKS), tasks.defaults(cfg.task))
+  return tasks.resolve_config(cfg)
 
 
 def _rows(cfg):

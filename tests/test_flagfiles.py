@@ -12,7 +12,6 @@ from absl import flags
 import run_experiment  # Defines the flags.
 import tasks
 from tests.conftest import ROOT
-from tff_hpo import config as config_lib
 
 FLAGFILES = sorted(
     f for f in glob.glob(os.path.join(ROOT, 'flagfiles', '**', '*.cfg'),
@@ -28,7 +27,7 @@ def test_flagfile_resolves(path, tmp_path, monkeypatch):
                f'--output_root={tmp_path}', '--offline_data_dir='])
   try:
     cfg = run_experiment.config_from_flags()
-    cfg = config_lib.resolve(cfg, tuple(tasks.TASKS), tasks.defaults(cfg.task))
+    cfg = tasks.resolve_config(cfg)
   finally:
     flags.FLAGS.unparse_flags()
   assert cfg.algorithm in ('fathom', 'fedavg')

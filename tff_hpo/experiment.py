@@ -58,6 +58,10 @@ def _run(coroutine):
   return asyncio.run(coroutine)
 
 
+async def _release_all(managers, value, key: int) -> None:
+  await asyncio.gather(*(m.release(value, key=key) for m in managers))
+
+
 class Experiment:
   """Builds everything for one config; `run()` trains to `total_rounds`."""
 
@@ -226,8 +230,7 @@ class Experiment:
       metrics = self._round_metrics(output, hparams, counters, seconds)
       if evaluate:
         metrics.update(self.evaluate(state, previous))
-      for manager in releases:
-        _run(manager.release(metrics, key=round_num))
+      _run(_release_all(releases, metrics, round_num))
       self._log(self._progress_line(round_num, metrics))
       if on_round:
         on_round(round_num, metrics)

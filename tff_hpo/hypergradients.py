@@ -26,6 +26,12 @@ def norm(a: Any) -> tf.Tensor:
   return tf.sqrt(dot(a, a))
 
 
+def all_finite(a: Any) -> tf.Tensor:
+  """True when every entry of every tensor in the structure is finite."""
+  return tf.reduce_all([tf.reduce_all(tf.math.is_finite(t))
+                        for t in tf.nest.flatten(a)])
+
+
 def cosine(a: Any, b: Any) -> tf.Tensor:
   """cos(a, b); 0 when either side is zero (no direction, no signal)."""
   na, nb = norm(a), norm(b)

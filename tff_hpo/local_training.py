@@ -80,7 +80,7 @@ def _train(model, initial_weights, dataset, learning_rate, epochs, batch,
   _, phi, processed = data.reduce(initial, step)
 
   delta = tuple(v - w0 for v, w0 in zip(trainable, initial_weights.trainable))
-  finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(d)) for d in delta])
+  finite = hypergradients.all_finite(delta)
   delta = tuple(tf.where(finite, d, tf.zeros_like(d)) for d in delta)
   return ClientOutput(delta=delta, phi=tf.where(finite, phi, 0.0),
                       num_examples=num_examples, local_steps=steps,

@@ -29,12 +29,11 @@ def test_defaults_are_reddi_et_al():
 @pytest.mark.slow
 @pytest.mark.parametrize('task', ['stackoverflow_nwp', 'shakespeare'])
 def test_task_trains_two_rounds(tmp_path, cache_dir, task):
-  cfg = config_lib.resolve(
+  cfg = tasks.resolve_config(
       config_lib.ExperimentConfig(
           task=task, total_rounds=2, clients_per_round=4, eval_clients=5,
           rounds_per_eval=2, max_examples_per_client=64, output_root=str(tmp_path),
-          cache_dir=cache_dir, offline_data_dir=SHARED_DATA),
-      tuple(tasks.TASKS), tasks.defaults(task))
+          cache_dir=cache_dir, offline_data_dir=SHARED_DATA))
   rows = []
   exp = experiment.Experiment(cfg, out=io.StringIO())
   assert 'not TFF' in exp.task.dataset_label or 'converted' in exp.task.dataset_label

@@ -83,9 +83,11 @@ def _hparams(eta, epochs, batch) -> collections.OrderedDict:
                                  client_batch_size=batch)
 
 
-def _all_finite(structure) -> tf.Tensor:
-  return tf.reduce_all([tf.reduce_all(tf.math.is_finite(t))
-                        for t in tf.nest.flatten(structure)])
+def _replaced(state: collections.OrderedDict, **fields
+              ) -> collections.OrderedDict:
+  new_state = collections.OrderedDict(state)
+  new_state.update(fields)
+  return new_state
 
 
 def build_fathom(
@@ -168,18 +170,6 @@ def build_fathom(
 
   # -- aggregation ------------------------------------------------------------
 
-  @tff.tensorflow.computation
-  def max_zero():
-    return tf.constant(0, tf.int64)
-
-  @tff.tensorflow.computation(tf.int64, tf.int64)
-  def int_max(a, b):
-    return tf.maximum(a, b)
-
-  @tff.tensorflow.computation(tf.int64)
-  def int_identity(k):
-    return tf.identity(k)
-
   @tff.tensorflow.computation(tf.int64)
   def as_float(k):
     return tf.cast(k, tf.float32)
@@ -198,7 +188,7 @@ def build_fathom(
 
     h = hypergradients.fathom_h(mean_delta, delta_sm)
     g = hypergradients.fathom_g(mean_phi, eta, cfg.g_includes_learning_rate)
-    update_ok = _all_finite(mean_delta)
+    update_ok = hypergradients.all_finite(mean_delta)
     hyper_ok = update_ok & tf.math.is_finite(h) & tf.math.is_finite(g)
 
     opt_state, new_trainable = server_optimizer.next(
@@ -250,8 +240,7 @@ def build_fathom(
     new_state, fathom_metrics = tff.federated_map(
         server_update, (state, mean_delta, mean_phi))
     costs = tff.federated_sum(out.costs)
-    steps_max = tff.federated_aggregate(out.local_steps, max_zero(), int_max,
-                                        int_max, int_identity)
+    steps_max = tff.federated_max(out.local_steps)
     steps_mean = tff.federated_mean(tff.federated_map(as_float,
                                                       out.local_steps))
     metrics = tff.federated_zip(collections.OrderedDict(
@@ -272,9 +261,7 @@ def build_fathom(
 
   @tff.tensorflow.computation(state_type, weights_type)
   def set_model_weights(state, weights):
-    new_state = collections.OrderedDict(state)
-    new_state['global_model_weights'] = weights
-    return new_state
+    return _replaced(state, global_model_weights=weights)
 
   @tff.tensorflow.computation(state_type)
   def get_hparams(state):
@@ -282,9 +269,7 @@ def build_fathom(
 
   @tff.tensorflow.computation(state_type, hparams_type)
   def set_hparams(state, hparams):
-    new_state = collections.OrderedDict(state)
-    new_state['hparams'] = hparams
-    return new_state
+    return _replaced(state, hparams=hparams)
 
   return tff.learning.templates.LearningProcess(
       initialize_fn, next_fn, get_model_weights, set_model_weights,
