@@ -38,13 +38,21 @@ _MAX_EXAMPLES = flags.DEFINE_integer(
     'max_examples_per_client', None,
     'Cap on examples per client per round (default: the task\'s).')
 _SERVER_OPT = flags.DEFINE_string(
-    'server_optimizer', 'sgd', f'One of {config_lib.SERVER_OPTIMIZERS}.')
+    'server_optimizer', None, f'One of {config_lib.SERVER_OPTIMIZERS} '
+    '(default: the one --algorithm names, else sgd).')
 _SERVER_LR = flags.DEFINE_float('server_learning_rate', None,
                                 'Server learning rate.')
-_SERVER_MOMENTUM = flags.DEFINE_float('server_momentum', 0.9,
-                                      'Momentum for --server_optimizer=sgdm.')
+_SERVER_MOMENTUM = flags.DEFINE_float(
+    'server_momentum', 0.9, 'Momentum (beta_1) of sgdm / adam / yogi / adagrad.')
 _SERVER_EPSILON = flags.DEFINE_float(
-    'server_epsilon', 1e-3, 'Adaptivity epsilon for adam / yogi / adagrad.')
+    'server_epsilon', None, 'Adaptivity tau of adam / yogi / adagrad '
+    '(default: Reddi et al.\'s tuned value for the task).')
+_SERVER_BETA_2 = flags.DEFINE_float('server_beta_2', 0.99,
+                                    'beta_2 of adam / yogi.')
+_SERVER_ACCUMULATOR = flags.DEFINE_float(
+    'server_initial_accumulator', None,
+    'v_-1 of adam / yogi / adagrad (default: --server_epsilon squared, as '
+    'Reddi et al.).')
 _SEED = flags.DEFINE_integer('seed', 0, 'Seed for sampling, init and shuffling.')
 _OUTPUT_ROOT = flags.DEFINE_string('output_root', 'runs',
                                    'Directory holding experiment directories.')
@@ -81,6 +89,19 @@ _ALGORITHM_HELP = {
     **{k: f'FATHOM: {v}' for k, v in _FATHOM_HELP.items()},
     'fedexp_epsilon': 'FedExP: epsilon of eq. (9) (default: the paper\'s '
                       'EMNIST value 10^-1).',
+    'fathom_with_fedexp': 'FATHOM with FedExP\'s extrapolated server step.',
+    'fathom_with_fedhyper_g': 'FATHOM with FedHyper-G\'s server learning '
+                              'rate.',
+    'fedhyper_initial_alpha': 'FedHyper: initial global learning rate alpha.',
+    'fedhyper_gamma_alpha': 'FedHyper: alpha stays within [alpha_0 / gamma, '
+                            'alpha_0 * gamma] (eq. 16).',
+    'fedhyper_gamma_beta': 'FedHyper: the client learning rate stays within '
+                           '[beta_0 / gamma, beta_0 * gamma] (eq. 18).',
+    'fedhyper_alpha_hyper_lr': 'FedHyper: factor on the hypergradient of '
+                               'alpha (1: eq. 15 as written).',
+    'fedhyper_beta_hyper_lr': 'FedHyper: factor on the hypergradients of the '
+                              'client learning rate (1: eq. 17 / 20 as '
+                              'written).',
 }
 _DEFINE = {float: flags.DEFINE_float, bool: flags.DEFINE_bool}
 _ALGORITHM_FLAGS = {}
@@ -100,7 +121,9 @@ def config_from_flags() -> config_lib.ExperimentConfig:
       server_optimizer=_SERVER_OPT.value,
       server_learning_rate=_SERVER_LR.value,
       server_momentum=_SERVER_MOMENTUM.value,
-      server_epsilon=_SERVER_EPSILON.value, seed=_SEED.value,
+      server_epsilon=_SERVER_EPSILON.value,
+      server_beta_2=_SERVER_BETA_2.value,
+      server_initial_accumulator=_SERVER_ACCUMULATOR.value, seed=_SEED.value,
       output_root=_OUTPUT_ROOT.value, experiment_name=_NAME.value,
       rounds_per_eval=_EVAL_EVERY.value,
       rounds_per_checkpoint=_CKPT_EVERY.value,

@@ -50,16 +50,25 @@ def seeded_model_fn(model_fn: Callable[[], object],
   return fn
 
 
-def defaults(name: str) -> dict[str, object]:
-  return TASKS[name].DEFAULTS.as_dict()
+def defaults(name: str, algorithm: str = 'fedavg') -> dict[str, object]:
+  return TASKS[name].DEFAULTS.as_dict(algorithm)
 
 
 def resolve_config(config):
   """`tff_hpo.config.resolve` with this registry's names and defaults."""
   from tff_hpo import config as config_lib  # pylint: disable=g-import-not-at-top
-  return config_lib.resolve(
-      config, tuple(TASKS),
-      defaults(config.task) if config.task in TASKS else {})
+  if config.task not in TASKS:
+    return config_lib.resolve(config, tuple(TASKS), {})
+  task_defaults = TASKS[config.task].DEFAULTS
+  if (config.algorithm in config_lib.FEDOPT and config.algorithm != 'fedavg'
+      and config.algorithm not in task_defaults.tuned):
+    for flag in ('client_learning_rate', 'server_learning_rate'):
+      if getattr(config, flag) is None:
+        raise config_lib.ConfigError(
+            f'--{flag}: expected a value; no tuned {config.algorithm} '
+            f'setting is recorded for --task={config.task}')
+  return config_lib.resolve(config, tuple(TASKS),
+                            defaults(config.task, config.algorithm))
 
 
 def load(name: str, *, batch_size: int, epochs: int,

@@ -7,14 +7,21 @@ from typing import Optional
 import tensorflow_federated as tff
 
 from tasks.defaults import TaskDefaults
+from tasks.defaults import Tuned
 
 NAME = 'emnist_cr'
 OFFLINE_DATASET = 'emnist'
 ACCURACY_METRIC = 'sparse_categorical_accuracy'
-# Reddi et al.: client lr 10^-1, server SGD lr 10^0, batch 20, 10 clients.
-DEFAULTS = TaskDefaults(client_learning_rate=10**-1, server_learning_rate=1.0,
-                        client_batch_size=20, clients_per_round=10,
-                        total_rounds=1500, fathom_max_learning_rate=0.5)
+# Reddi et al.: client lr 10^-1, server SGD lr 10^0, batch 20, 10 clients;
+# the FedOpt rows use client lr 10^-1.5.
+DEFAULTS = TaskDefaults(
+    client_learning_rate=10**-1, server_learning_rate=1.0,
+    client_batch_size=20, clients_per_round=10, total_rounds=1500,
+    fathom_max_learning_rate=0.5,
+    tuned={'fedavgm': Tuned(10**-1.5, 10**-0.5),
+           'fedadam': Tuned(10**-1.5, 10**-2.5, 10**-4),
+           'fedyogi': Tuned(10**-1.5, 10**-2.5, 10**-4),
+           'fedadagrad': Tuned(10**-1.5, 10**-1, 10**-2)})
 
 
 def create(train_spec: tff.simulation.baselines.ClientSpec,

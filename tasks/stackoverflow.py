@@ -21,6 +21,7 @@ from typing import Optional
 import tensorflow_federated as tff
 
 from tasks.defaults import TaskDefaults
+from tasks.defaults import Tuned
 
 NAME = 'stackoverflow_nwp'
 OFFLINE_DATASET = 'stackoverflow'
@@ -29,11 +30,15 @@ WORD_COUNT_FILENAME = 'stackoverflow.word_count'
 VOCAB_SIZE = 10_000
 SEQUENCE_LENGTH = 20
 # Reddi et al.: client lr 10^-0.5, server SGD lr 10^0, batch 16, 50 clients,
-# at most 1000 examples per client.
-DEFAULTS = TaskDefaults(client_learning_rate=10**-0.5,
-                        server_learning_rate=1.0, client_batch_size=16,
-                        clients_per_round=50, total_rounds=1500,
-                        max_examples_per_client=1000)
+# at most 1000 examples per client; the FedOpt rows keep client lr 10^-0.5.
+DEFAULTS = TaskDefaults(
+    client_learning_rate=10**-0.5, server_learning_rate=1.0,
+    client_batch_size=16, clients_per_round=50, total_rounds=1500,
+    max_examples_per_client=1000,
+    tuned={'fedavgm': Tuned(10**-0.5, 1.0),
+           'fedadam': Tuned(10**-0.5, 10**-2, 10**-5),
+           'fedyogi': Tuned(10**-0.5, 10**-2, 10**-5),
+           'fedadagrad': Tuned(10**-0.5, 10**-1.5, 10**-4)})
 
 
 def load_word_counts(path: str, vocab_size: Optional[int] = None

@@ -47,6 +47,58 @@ def test_fedexp_owns_the_server_step(tmp_path, field, value):
     _resolve(tmp_path, algorithm='fedexp', **{field: value})
 
 
+@pytest.mark.parametrize('task, algorithm, want', [
+    ('emnist_cr', 'fedadam', ('adam', -1.5, -2.5, -4)),
+    ('emnist_cr', 'fedyogi', ('yogi', -1.5, -2.5, -4)),
+    ('emnist_cr', 'fedadagrad', ('adagrad', -1.5, -1, -2)),
+    ('emnist_cr', 'fedavgm', ('sgdm', -1.5, -0.5, None)),
+    ('stackoverflow_nwp', 'fedadam', ('adam', -0.5, -2, -5)),
+    ('stackoverflow_nwp', 'fedyogi', ('yogi', -0.5, -2, -5)),
+    ('stackoverflow_nwp', 'fedadagrad', ('adagrad', -0.5, -1.5, -4)),
+    ('stackoverflow_nwp', 'fedavgm', ('sgdm', -0.5, 0, None)),
+])
+def test_fedopt_takes_reddi_tuned_values(tmp_path, task, algorithm, want):
+  cfg = _resolve(tmp_path, task=task, algorithm=algorithm)
+  optimizer, client_lr, server_lr, epsilon = want
+  assert cfg.server_optimizer == optimizer
+  assert cfg.client_learning_rate == pytest.approx(10**client_lr)
+  assert cfg.server_learning_rate == pytest.approx(10**server_lr)
+  if epsilon is not None:
+    assert cfg.server_epsilon == pytest.approx(10**epsilon)
+  # A value the user sets wins over the tuned one.
+  assert _resolve(tmp_path, task=task, algorithm=algorithm,
+                  server_learning_rate=0.7).server_learning_rate == 0.7
+
+
+def test_fedopt_refuses_a_mismatched_optimizer(tmp_path):
+  with pytest.raises(config_lib.ConfigError, match='^--server_optimizer'):
+    _resolve(tmp_path, algorithm='fedadam', server_optimizer='yogi')
+
+
+def test_fedopt_without_tuned_values_needs_learning_rates(tmp_path):
+  with pytest.raises(config_lib.ConfigError,
+                     match='^--client_learning_rate: expected a value'):
+    _resolve(tmp_path, task='shakespeare', algorithm='fedadam')
+
+
+@pytest.mark.parametrize('kw, flag', [
+    (dict(algorithm='fathom', fathom_with_fedexp=True,
+          fathom_with_fedhyper_g=True), 'fathom_with_fedhyper_g'),
+    (dict(algorithm='fedavg', fathom_with_fedexp=True), 'algorithm'),
+    (dict(algorithm='fathom', fathom_with_fedexp=True,
+          server_optimizer='adam'), 'server_optimizer'),
+    (dict(algorithm='fedhyper_g', fedhyper_gamma_alpha=0.5),
+     'fedhyper_gamma_alpha'),
+    (dict(algorithm='fedhyper_cl', fedhyper_beta_hyper_lr=-1.0),
+     'fedhyper_beta_hyper_lr'),
+    (dict(algorithm='fedadam', server_initial_accumulator=-1.0),
+     'server_initial_accumulator'),
+])
+def test_combination_and_fedhyper_settings(tmp_path, kw, flag):
+  with pytest.raises(config_lib.ConfigError, match=f'^--{flag}: expected'):
+    _resolve(tmp_path, **kw)
+
+
 def test_fathom_initial_learning_rate_within_bounds(tmp_path):
   with pytest.raises(config_lib.ConfigError, match='^--client_learning_rate'):
     _resolve(tmp_path, algorithm='fathom', client_learning_rate=0.9)

@@ -12,8 +12,12 @@ import os
 import tempfile
 from typing import Optional
 
-ALGORITHMS = ('fedavg', 'fathom', 'fedexp')
 SERVER_OPTIMIZERS = ('sgd', 'sgdm', 'adam', 'yogi', 'adagrad')
+# Reddi et al.'s FedOpt family: FedAvg with the named server optimizer.
+FEDOPT = {'fedavg': 'sgd', 'fedavgm': 'sgdm', 'fedadam': 'adam',
+          'fedyogi': 'yogi', 'fedadagrad': 'adagrad'}
+FEDHYPER = ('fedhyper_g', 'fedhyper_sl', 'fedhyper_cl', 'fedhyper_g_cl')
+ALGORITHMS = (*FEDOPT, 'fathom', 'fedexp', *FEDHYPER)
 
 
 class ConfigError(ValueError):
@@ -32,10 +36,12 @@ class ExperimentConfig:
   client_batch_size: Optional[int] = None
   client_epochs: int = 1
   max_examples_per_client: Optional[int] = None
-  server_optimizer: str = 'sgd'
+  server_optimizer: Optional[str] = None  # The algorithm's (FEDOPT), or sgd.
   server_learning_rate: Optional[float] = None
   server_momentum: float = 0.9
-  server_epsilon: float = 1e-3
+  server_epsilon: Optional[float] = None  # Tuned per task and optimizer.
+  server_beta_2: float = 0.99
+  server_initial_accumulator: Optional[float] = None  # None: epsilon^2.
   seed: int = 0
   output_root: str = 'runs'
   experiment_name: str = ''
@@ -58,6 +64,15 @@ class ExperimentConfig:
   fathom_g_includes_learning_rate: bool = True
   # FedExP (the paper's tuned EMNIST value, with client lr 10^-0.5).
   fedexp_epsilon: float = 0.1
+  # FATHOM's client adaptation with another method's server step.
+  fathom_with_fedexp: bool = False
+  fathom_with_fedhyper_g: bool = False
+  # FedHyper (Section 3; gamma_alpha = 3 and gamma_beta = 10 as in the paper).
+  fedhyper_initial_alpha: float = 1.0
+  fedhyper_gamma_alpha: float = 3.0
+  fedhyper_gamma_beta: float = 10.0
+  fedhyper_alpha_hyper_lr: float = 1.0
+  fedhyper_beta_hyper_lr: float = 1.0
 
   @property
   def run_dir(self) -> str:
@@ -95,10 +110,17 @@ def resolve(config: ExperimentConfig, task_names: tuple[str, ...],
            config.task)
   _require(config.algorithm in ALGORITHMS, 'algorithm',
            f'one of {ALGORITHMS}', config.algorithm)
+  implied = FEDOPT.get(config.algorithm)
+  if config.server_optimizer is None:
+    config = dataclasses.replace(config, server_optimizer=implied or 'sgd')
   _require(config.server_optimizer in SERVER_OPTIMIZERS, 'server_optimizer',
            f'one of {SERVER_OPTIMIZERS}', config.server_optimizer)
+  if implied and config.algorithm != 'fedavg':
+    _require(config.server_optimizer == implied, 'server_optimizer',
+             f'{implied!r} (or unset) with --algorithm={config.algorithm}',
+             config.server_optimizer)
   filled = {k: v for k, v in defaults.items()
-            if getattr(config, k) is None}
+            if hasattr(config, k) and getattr(config, k) is None}
   if not config.experiment_name:
     filled['experiment_name'] = f'{config.task}_{config.algorithm}_s{config.seed}'
   config = dataclasses.replace(config, **filled)
@@ -122,6 +144,12 @@ def resolve(config: ExperimentConfig, task_names: tuple[str, ...],
            config.server_momentum)
   _require(config.server_epsilon > 0, 'server_epsilon', 'a positive number',
            config.server_epsilon)
+  _require(0 <= config.server_beta_2 < 1, 'server_beta_2', 'in [0, 1)',
+           config.server_beta_2)
+  _require(config.server_initial_accumulator is None or
+           config.server_initial_accumulator >= 0,
+           'server_initial_accumulator', 'a number >= 0 (or unset: '
+           '--server_epsilon squared)', config.server_initial_accumulator)
   _require('/' not in config.experiment_name and
            config.experiment_name not in ('.', '..'), 'experiment_name',
            'a plain directory name', config.experiment_name)
@@ -147,11 +175,26 @@ def resolve(config: ExperimentConfig, task_names: tuple[str, ...],
              config.client_learning_rate)
   _require(config.fedexp_epsilon >= 0, 'fedexp_epsilon', 'a number >= 0',
            config.fedexp_epsilon)
-  if config.algorithm == 'fedexp':
+  _require(not (config.fathom_with_fedexp and config.fathom_with_fedhyper_g),
+           'fathom_with_fedhyper_g', 'not together with --fathom_with_fedexp',
+           True)
+  if config.fathom_with_fedexp or config.fathom_with_fedhyper_g:
+    _require(config.algorithm == 'fathom', 'algorithm',
+             '"fathom" with --fathom_with_fedexp / --fathom_with_fedhyper_g',
+             config.algorithm)
+  _require(config.fedhyper_initial_alpha > 0, 'fedhyper_initial_alpha',
+           'a positive number', config.fedhyper_initial_alpha)
+  for flag in ('fedhyper_gamma_alpha', 'fedhyper_gamma_beta'):
+    _require(getattr(config, flag) >= 1, flag, 'a bound factor >= 1',
+             getattr(config, flag))
+  for flag in ('fedhyper_alpha_hyper_lr', 'fedhyper_beta_hyper_lr'):
+    _require(getattr(config, flag) >= 0, flag, 'a non-negative rate',
+             getattr(config, flag))
+  if config.algorithm == 'fedexp' or config.fathom_with_fedexp:
     # FedExP's server step is eta_g itself, applied by server SGD at lr 1.
     _require(config.server_optimizer == 'sgd', 'server_optimizer',
-             '"sgd" with --algorithm=fedexp', config.server_optimizer)
+             '"sgd" with FedExP\'s server step', config.server_optimizer)
     _require(config.server_learning_rate == 1.0, 'server_learning_rate',
-             '1.0 with --algorithm=fedexp', config.server_learning_rate)
+             '1.0 with FedExP\'s server step', config.server_learning_rate)
   _check_writable_root(config.output_root)
   return config

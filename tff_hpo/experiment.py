@@ -93,8 +93,9 @@ class Experiment:
           f'(the train clients of {config.task}), got '
           f'{config.clients_per_round}')
     self.process = algorithms.build(config, self.task.model_fn)
-    self._average_last_two = (
-        config.algorithm in algorithms.EVAL_AVERAGE_OF_LAST_TWO)
+    self._average_last_two = algorithms.evaluates_average_of_last_two(config)
+    self._host_communication = algorithms.host_side_communication(
+        config, self.task.model_fn)
     self._train = tff.simulation.compose_dataset_computation_with_learning_process(
         train.dataset_computation, self.process)
     self._sample = tff.simulation.build_uniform_sampling_fn(
@@ -142,9 +143,15 @@ class Experiment:
   # -- one round --------------------------------------------------------------
 
   def _round_metrics(self, output, hparams, counters: Counters,
-                     seconds: float) -> dict[str, float]:
+                     seconds: float, round_num: int,
+                     num_clients: int) -> dict[str, float]:
     """Stable names first; `hparams` are those the round's clients used."""
     raw = flatten(output.metrics)
+    if self._host_communication is None:
+      down, up = raw['cost/bytes_broadcast'], raw['cost/bytes_uploaded']
+    else:
+      down = num_clients * self._host_communication.broadcast
+      up = num_clients * self._host_communication.upload
     train = {k.split('/')[-1]: v for k, v in raw.items()
              if k.startswith('client_work/train/')}
     examples, steps = int(train['num_examples']), int(train['num_batches'])
@@ -157,6 +164,11 @@ class Experiment:
         'cost/examples_cumulative': counters.examples,
         'cost/local_steps': steps,
         'cost/local_steps_cumulative': counters.local_steps,
+        'cost/bytes_broadcast': down,
+        'cost/bytes_uploaded': up,
+        # Payloads and clients per round are fixed, so the totals are exact.
+        'cost/bytes_broadcast_cumulative': round_num * down,
+        'cost/bytes_uploaded_cumulative': round_num * up,
         'time/round_seconds': seconds,
     }
     released.update({f'hparams/{k}': v for k, v in flatten(hparams).items()})
@@ -227,7 +239,8 @@ class Experiment:
       output = self._train.next(state, clients)
       seconds = time.perf_counter() - t0
       state = output.state
-      metrics = self._round_metrics(output, hparams, counters, seconds)
+      metrics = self._round_metrics(output, hparams, counters, seconds,
+                                    round_num, len(clients))
       if evaluate:
         metrics.update(self.evaluate(state, previous))
       _run(_release_all(releases, metrics, round_num))
@@ -266,6 +279,9 @@ class Experiment:
       line += (f' | lr {m["hparams/client_learning_rate"]:.4f} '
                f'E {m["hparams/client_epochs"]:.3f} '
                f'B {m["hparams/client_batch_size"]:.2f}')
+    elif 'hparams/server_learning_rate' in m:
+      line += (f' | client lr {m["hparams/client_learning_rate"]:.4f} '
+               f'server lr {m["hparams/server_learning_rate"]:.3f}')
     if 'eval/loss' in m:
       line += (f' | eval acc {m["eval/accuracy"]:.4f} '
                f'loss {m["eval/loss"]:.4f}')

@@ -89,3 +89,43 @@ def local_steps(num_examples: tf.Tensor, epochs: tf.Tensor,
   k = tf.floor(tf.cast(num_examples, tf.float32) * epochs /
                tf.cast(batch_size, tf.float32))
   return tf.maximum(tf.cast(k, tf.int64), 1)
+
+
+# FedHyper: "FedHyper: A Universal and Robust Learning Rate Scheduler for
+# Federated Learning with Hypergradient Descent"
+# (../shared/papers/fedhyper_hypergradient_lr_scheduler.txt), Section 3.
+# Updates use the pseudo-gradient sign of eq. (9): Delta = w - w_local.
+
+
+def fedhyper_rate_step(rate: tf.Tensor, hypergradient_dot: tf.Tensor,
+                       hyper_lr: float, low: Any, high: Any) -> tf.Tensor:
+  """rate + hyper_lr * dot, clipped to [low, high]: eq. (15)-(16) for the
+  global rate alpha (dot = Delta^t . Delta^{t-1}) and eq. (17)-(18) for the
+  server-side client rate beta. `hyper_lr` = 1 is the paper's rule; the
+  bounds are the paper's [x_0 / gamma, x_0 gamma] (see `fedhyper_bounds`)."""
+  return tf.clip_by_value(rate + hyper_lr * hypergradient_dot, low, high)
+
+
+def fedhyper_bounds(initial: float, gamma: float) -> tuple[float, float]:
+  """[x_0 / gamma, x_0 * gamma]. Eq. (16) and (18) write [1/gamma, gamma],
+  which only fits x_0 = 1: the convergence proof (Appendix A) needs the ratio
+  of a rate to its start bounded, and the authors' code bounds the client
+  rate to [lr_0 / 10, lr_0 * 10] (their γ_β = 10). For alpha_0 = 1 both
+  readings agree."""
+  return initial / gamma, initial * gamma
+
+
+def fedhyper_cl_step(lr: tf.Tensor, grads: Any, previous_grads: Any,
+                     previous_update: Any, num_steps: tf.Tensor,
+                     hyper_lr: float, low: Any, high: Any) -> tf.Tensor:
+  """Eq. (20): beta^{t,k} = beta^{t,k-1} + g_k . g_{k-1}
+  + (1/K) g_k . Delta^{t-1}, clipped to the bounds of eq. (18).
+
+  `previous_update` is the last round's aggregated update Delta^{t-1} of
+  eq. (13) (pseudo-gradient sign, so g . Delta > 0 when this step agrees with
+  the last global step) and K the client's number of local steps. Eq. (20)
+  rather than Appendix C's line 7, which keeps only the sign of g . Delta.
+  """
+  hypergradient = dot(grads, previous_grads) + dot(
+      grads, previous_update) / tf.cast(num_steps, tf.float32)
+  return tf.clip_by_value(lr + hyper_lr * hypergradient, low, high)

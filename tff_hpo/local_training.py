@@ -3,13 +3,14 @@
 FATHOM broadcasts the batch size B and epochs E as server state, so a client
 cannot receive pre-batched data: it gets its examples one by one, batches them
 with the broadcast B, and takes K_i = floor(nu_i E / B) steps, repeating its
-data when E > 1. The loop also tracks phi_i of eq. (12) for FATHOM.
+data when E > 1. The loop also tracks phi_i of eq. (12) for FATHOM, and can
+adapt its learning rate at every step by FedHyper-CL's rule (`CLSchedule`).
 """
 
 from __future__ import annotations
 
 import collections
-from typing import Any
+from typing import Any, NamedTuple, Optional
 
 import tensorflow as tf
 import tensorflow_federated as tff
@@ -18,7 +19,18 @@ from tff_hpo import hypergradients
 
 ClientOutput = collections.namedtuple(
     'ClientOutput', ['delta', 'phi', 'num_examples', 'local_steps',
-                     'examples_processed', 'non_finite', 'model_metrics'])
+                     'examples_processed', 'non_finite', 'model_metrics',
+                     'mean_learning_rate'])
+
+
+class CLSchedule(NamedTuple):
+  """FedHyper-CL's per-step learning rate (`hypergradients.fedhyper_cl_step`):
+  the previous round's global update (gradient sign), the factor on the
+  hypergradient and the bounds of the learning rate."""
+  previous_update: Any
+  hyper_lr: float
+  low: Any
+  high: Any
 
 
 def count_examples(dataset: tf.data.Dataset) -> tf.Tensor:
@@ -28,7 +40,8 @@ def count_examples(dataset: tf.data.Dataset) -> tf.Tensor:
 def train_locally(model: tff.learning.models.VariableModel,
                   initial_weights: Any, dataset: tf.data.Dataset,
                   learning_rate: tf.Tensor, epochs: tf.Tensor,
-                  batch: tf.Tensor, shuffle: bool) -> ClientOutput:
+                  batch: tf.Tensor, shuffle: bool,
+                  schedule: Optional[CLSchedule] = None) -> ClientOutput:
   """Runs K_i SGD steps from `initial_weights` on the unbatched `dataset`.
 
   phi_i = min over steps k of cos(sum_{j<=k} g_j, g_k): eq. (12)'s normalized
@@ -39,16 +52,17 @@ def train_locally(model: tff.learning.models.VariableModel,
 
   Returns the model delta (local - initial, trainable weights), phi_i, nu_i,
   K_i, the examples processed, whether the delta was non-finite (then zeroed,
-  so the client carries no weight) and the model's unfinalized metrics.
+  so the client carries no weight), the model's unfinalized metrics and the
+  mean learning rate of the K_i steps (`learning_rate` unless `schedule`).
   Everything runs in one `tf.function`, whose automatic control dependencies
   order the variable updates before the reads (TFF traces in graph mode).
   """
   return tf.function(_train)(model, initial_weights, dataset, learning_rate,
-                             epochs, batch, shuffle)
+                             epochs, batch, shuffle, schedule)
 
 
 def _train(model, initial_weights, dataset, learning_rate, epochs, batch,
-           shuffle) -> ClientOutput:
+           shuffle, schedule) -> ClientOutput:
   weights = tff.learning.models.ModelWeights.from_model(model)
   for v, t in zip(tf.nest.flatten(weights), tf.nest.flatten(initial_weights)):
     v.assign(t)
@@ -65,19 +79,28 @@ def _train(model, initial_weights, dataset, learning_rate, epochs, batch,
   data = data.batch(batch_size).repeat().take(steps)
 
   def step(carry, batch_data):
-    grad_sum, phi, processed = carry
+    grad_sum, phi, processed, lr, lr_sum, previous_grads, k = carry
     with tf.GradientTape() as tape:
       output = model.forward_pass(batch_data, training=True)
     grads = tuple(tape.gradient(output.loss, trainable))
     grad_sum = tuple(s + g for s, g in zip(grad_sum, grads))
     phi = tf.minimum(phi, hypergradients.cosine(grad_sum, grads))
+    if schedule is not None:
+      lr = tf.where(k > 0, hypergradients.fedhyper_cl_step(
+          lr, grads, previous_grads, schedule.previous_update, steps,
+          schedule.hyper_lr, schedule.low, schedule.high), lr)
     for v, g in zip(trainable, grads):
-      v.assign_sub(learning_rate * g)
-    return grad_sum, phi, processed + tf.cast(output.num_examples, tf.int64)
+      v.assign_sub(lr * g)
+    return (grad_sum, phi, processed + tf.cast(output.num_examples, tf.int64),
+            lr, lr_sum + lr, grads if schedule is not None else previous_grads,
+            k + 1)
 
-  initial = (tuple(tf.zeros_like(v) for v in trainable),
-             tf.constant(1.0, tf.float32), tf.constant(0, tf.int64))
-  _, phi, processed = data.reduce(initial, step)
+  zeros = tuple(tf.zeros_like(v) for v in trainable)
+  learning_rate = tf.cast(learning_rate, tf.float32)
+  initial = (zeros, tf.constant(1.0, tf.float32), tf.constant(0, tf.int64),
+             learning_rate, tf.constant(0.0, tf.float32),
+             zeros if schedule is not None else (), tf.constant(0, tf.int64))
+  _, phi, processed, _, lr_sum, _, taken = data.reduce(initial, step)
 
   delta = tuple(v - w0 for v, w0 in zip(trainable, initial_weights.trainable))
   finite = hypergradients.all_finite(delta)
@@ -86,4 +109,6 @@ def _train(model, initial_weights, dataset, learning_rate, epochs, batch,
                       num_examples=num_examples, local_steps=steps,
                       examples_processed=processed,
                       non_finite=tf.cast(tf.logical_not(finite), tf.int32),
-                      model_metrics=model.report_local_unfinalized_metrics())
+                      model_metrics=model.report_local_unfinalized_metrics(),
+                      mean_learning_rate=lr_sum / tf.maximum(
+                          tf.cast(taken, tf.float32), 1.0))

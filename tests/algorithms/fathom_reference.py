@@ -7,26 +7,22 @@ import math
 
 import numpy as np
 
+from tests.algorithms import linear_model
+
 
 def _cos(a: np.ndarray, b: np.ndarray) -> float:
   na, nb = np.linalg.norm(a), np.linalg.norm(b)
   return float(a @ b / (na * nb)) if na * nb > 1e-12 else 0.0
 
 
-def _grad(theta: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
-  """theta = [w..., b]; loss = mean((x w + b - y)^2)."""
-  err = x @ theta[:-1] + theta[-1] - y.ravel()
-  return np.concatenate([2 * x.T @ err / len(x), [2 * err.mean()]])
-
-
 def client(theta0, x, y, eta, epochs, batch):
   b = max(1, int(np.round(batch)))
   k = max(1, math.floor(len(x) * epochs / b))
-  batches = [(x[s:s + b], y[s:s + b]) for s in range(0, len(x), b)]
+  batches = linear_model.batches(x, y, batch)
   theta, gsum, phi, processed = theta0.copy(), np.zeros_like(theta0), 1.0, 0
   for step in range(k):
     xb, yb = batches[step % len(batches)]
-    g = _grad(theta, xb, yb)
+    g = linear_model.gradient(theta, xb, yb)
     gsum = gsum + g
     phi = min(phi, _cos(gsum, g))
     theta = theta - eta * g
@@ -36,17 +32,35 @@ def client(theta0, x, y, eta, epochs, batch):
 
 def run(data, rounds, *, eta, epochs, batch, gamma_eta, gamma_epochs,
         gamma_batch, alpha=0.5, bounds=((1e-6, 0.5), (1e-3, 10.0), (1.0, 5096.0)),
-        g_includes_learning_rate=True):
-  """Yields, per round, the state after the round and the round's phi_i."""
+        g_includes_learning_rate=True, fedexp_epsilon=None, fedhyper_g=None):
+  """Yields, per round, the state after the round and the round's phi_i.
+
+  `fedexp_epsilon` scales the mean update by FedExP's eq. (9) with nu-weighted
+  means; `fedhyper_g` = (alpha_0, gamma, factor) by FedHyper-G's alpha.
+  """
   theta = np.zeros(data[0][0].shape[1] + 1)
   delta_sm = np.zeros_like(theta)
+  previous = np.zeros_like(theta)
+  server_alpha = fedhyper_g[0] if fedhyper_g else 1.0
   for _ in range(rounds):
     outs = [client(theta, x, y, eta, epochs, batch) for x, y in data]
     nu = np.array([len(x) for x, _ in data], np.float64)
     p = nu / nu.sum()
     mean_delta = sum(pi * o[0] for pi, o in zip(p, outs))
     mean_phi = float(sum(pi * o[1] for pi, o in zip(p, outs)))
-    theta = theta + mean_delta  # Server SGD, learning rate 1.
+    step = 1.0
+    if fedexp_epsilon is not None:
+      squared = sum(pi * o[0] @ o[0] for pi, o in zip(p, outs))
+      step = max(1.0, squared / (2 * (mean_delta @ mean_delta
+                                      + fedexp_epsilon)))
+    if fedhyper_g:
+      a0, gamma, factor = fedhyper_g
+      server_alpha = float(np.clip(
+          server_alpha + factor * (mean_delta @ previous), a0 / gamma,
+          a0 * gamma))
+      step = server_alpha
+      previous = mean_delta
+    theta = theta + step * mean_delta  # Server SGD, learning rate 1.
     h = -_cos(mean_delta, delta_sm)
     g = -(eta if g_includes_learning_rate else 1.0) * mean_phi
     (lo_e, hi_e), (lo_ep, hi_ep), (lo_b, hi_b) = bounds
@@ -57,4 +71,4 @@ def run(data, rounds, *, eta, epochs, batch, gamma_eta, gamma_epochs,
     delta_sm = alpha * delta_sm + (1 - alpha) * mean_delta
     yield dict(theta=theta.copy(), eta=eta, epochs=epochs, batch=batch,
                delta_sm=delta_sm.copy(), phis=[o[1] for o in outs],
-               steps=[o[2] for o in outs], h=h, g=g)
+               steps=[o[2] for o in outs], h=h, g=g, server_step=step)

@@ -31,3 +31,16 @@ def client_data(seed: int, sizes: tuple[int, ...]
     noise = 0.1 * rng.normal(size=(n, 1)).astype(np.float32)
     data.append((x, x @ true_w + 0.3 + noise))
   return data
+
+
+def gradient(theta: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+  """NumPy gradient of the model's loss; theta = [w..., b],
+  loss = mean((x w + b - y)^2)."""
+  err = x @ theta[:-1] + theta[-1] - y.ravel()
+  return np.concatenate([2 * x.T @ err / len(x), [2 * err.mean()]])
+
+
+def batches(x: np.ndarray, y: np.ndarray, batch: float):
+  """Consecutive batches of round(batch) >= 1 examples, in data order."""
+  b = max(1, int(np.round(batch)))
+  return [(x[s:s + b], y[s:s + b]) for s in range(0, len(x), b)]

@@ -11,6 +11,7 @@ import tensorflow_federated as tff
 
 from tests.algorithms import fathom_reference
 from tests.algorithms import linear_model
+from tff_hpo import server_steps
 from tff_hpo.algorithms import fathom
 
 
@@ -72,6 +73,47 @@ def test_matches_numpy_reference_for_six_rounds():
     assert m['cost']['local_steps_max'] == max(want['steps'])
     batches.add(int(np.round(hp['client_batch_size'])))
   assert len(batches) > 1, 'the test should exercise a changing batch size'
+
+
+@pytest.mark.parametrize('rule, reference_kwargs', [
+    (server_steps.FedExPStep(0.01), dict(fedexp_epsilon=0.01)),
+    (server_steps.FedHyperGStep(1.0, 3.0, 20.0), dict(fedhyper_g=(1.0, 3.0,
+                                                                 20.0))),
+])
+def test_with_a_server_step_matches_numpy_reference(rule, reference_kwargs):
+  # Clients that disagree (opposite offsets), so that FedExP extrapolates.
+  data = [(x, y + offset) for (x, y), offset in zip(_data(), (4.0, -4.0, 0.5))]
+  c = dict(CFG)
+  process = fathom.build_fathom(linear_model.model_fn, fathom.FathomConfig(
+      initial_learning_rate=c['eta'], initial_epochs=c['epochs'],
+      initial_batch_size=c['batch'], gamma_learning_rate=c['gamma_eta'],
+      gamma_epochs=c['gamma_epochs'], gamma_batch_size=c['gamma_batch'],
+      shuffle=False), server_step=rule)
+  state = process.initialize()
+  steps = set()
+  for want in fathom_reference.run(data, 4, **CFG, **reference_kwargs):
+    output = process.next(state, _datasets(data))
+    state = output.state
+    np.testing.assert_allclose(_flat(process.get_model_weights(state)),
+                               want['theta'], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        process.get_hparams(state)['client_learning_rate'], want['eta'],
+        rtol=1e-5)
+    np.testing.assert_allclose(output.metrics['fathom']['server_step'],
+                               want['server_step'], rtol=1e-5)
+    steps.add(round(want['server_step'], 5))
+  assert len(steps) > 1, 'the server step should move in this test'
+
+
+def test_fedexp_step_costs_one_scalar_per_client():
+  data = _data()
+  plain = _process()
+  with_fedexp = fathom.build_fathom(
+      linear_model.model_fn, fathom.FathomConfig(shuffle=False),
+      server_step=server_steps.FedExPStep(0.1))
+  up = [p.next(p.initialize(), _datasets(data)).metrics['cost']
+        ['bytes_uploaded'] for p in (plain, with_fedexp)]
+  assert up[1] - up[0] == 4 * len(data)
 
 
 def test_round_one_hypergradient_is_zero():

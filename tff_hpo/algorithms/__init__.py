@@ -8,10 +8,36 @@ from tff_hpo import config as config_lib
 
 # Algorithms whose clients batch their data themselves (the batch size is
 # adapted server state), so they receive one example per dataset element.
-PER_EXAMPLE_DATA = frozenset({'fathom'})
+PER_EXAMPLE_DATA = frozenset({'fathom', *config_lib.FEDHYPER})
 # Algorithms whose model for evaluation is the average of the last two global
 # iterates (FedExP, Section 5); the last iterate is reported beside it.
 EVAL_AVERAGE_OF_LAST_TWO = frozenset({'fedexp'})
+
+
+def evaluates_average_of_last_two(config: config_lib.ExperimentConfig) -> bool:
+  return (config.algorithm in EVAL_AVERAGE_OF_LAST_TWO
+          or config.fathom_with_fedexp)
+
+
+def host_side_communication(config: config_lib.ExperimentConfig,
+                            model_fn: Callable[[], object]):
+  """Per-client bytes for TFF's own builders (FedAvg family, FedExP), which
+  do not report them; None for processes that report `cost/bytes_*`."""
+  if config.algorithm not in (*config_lib.FEDOPT, 'fedexp'):
+    return None
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  from tff_hpo import communication  # pylint: disable=g-import-not-at-top
+
+  with tf.Graph().as_default():
+    model = model_fn()
+    weights_type = tff.learning.models.weights_type_from_model(model)
+    metrics_type = tff.types.tensorflow_to_type(tf.nest.map_structure(
+        lambda t: tf.TensorSpec(t.shape, t.dtype),
+        model.report_local_unfinalized_metrics()))
+  # FedAvg uploads its example weight, FedExP ||Delta_i||^2 (it is
+  # unweighted): one float32 each.
+  return communication.fedavg_per_client(weights_type, metrics_type, 1)
 
 
 def build(config: config_lib.ExperimentConfig,
@@ -20,11 +46,26 @@ def build(config: config_lib.ExperimentConfig,
   from tff_hpo import optimizers  # pylint: disable=g-import-not-at-top
   from tff_hpo.algorithms import fedavg  # pylint: disable=g-import-not-at-top
 
+  from tff_hpo import server_steps  # pylint: disable=g-import-not-at-top
+
   server = optimizers.server_optimizer(
       config.server_optimizer, config.server_learning_rate,
-      config.server_momentum, config.server_epsilon)
-  if config.algorithm == 'fedavg':
+      config.server_momentum, config.server_epsilon, config.server_beta_2,
+      config.server_initial_accumulator)
+  if config.algorithm in config_lib.FEDOPT:
     return fedavg.build_fedavg(model_fn, config.client_learning_rate, server)
+  if config.algorithm in config_lib.FEDHYPER:
+    from tff_hpo.algorithms import fedhyper  # pylint: disable=g-import-not-at-top
+    return fedhyper.build_fedhyper(model_fn, fedhyper.FedHyperConfig.variant(
+        config.algorithm,
+        initial_alpha=config.fedhyper_initial_alpha,
+        initial_client_learning_rate=config.client_learning_rate,
+        client_epochs=float(config.client_epochs),
+        client_batch_size=float(config.client_batch_size),
+        gamma_alpha=config.fedhyper_gamma_alpha,
+        gamma_beta=config.fedhyper_gamma_beta,
+        alpha_hyper_lr=config.fedhyper_alpha_hyper_lr,
+        beta_hyper_lr=config.fedhyper_beta_hyper_lr), server)
   if config.algorithm == 'fedexp':
     from tff_hpo.algorithms import fedexp  # pylint: disable=g-import-not-at-top
     return fedexp.build_fedexp(model_fn, config.client_learning_rate,
@@ -46,5 +87,15 @@ def build(config: config_lib.ExperimentConfig,
         min_batch_size=config.fathom_min_batch_size,
         max_batch_size=config.fathom_max_batch_size,
         g_includes_learning_rate=config.fathom_g_includes_learning_rate),
-        server)
+        server, _fathom_server_step(config, server_steps))
   raise config_lib.ConfigError(f'--algorithm: unknown {config.algorithm!r}')
+
+
+def _fathom_server_step(config: config_lib.ExperimentConfig, server_steps):
+  if config.fathom_with_fedexp:
+    return server_steps.FedExPStep(config.fedexp_epsilon)
+  if config.fathom_with_fedhyper_g:
+    return server_steps.FedHyperGStep(config.fedhyper_initial_alpha,
+                                      config.fedhyper_gamma_alpha,
+                                      config.fedhyper_alpha_hyper_lr)
+  return server_steps.ServerStep()

@@ -25,6 +25,11 @@ wired by `next_fn` below. Choices where the paper is ambiguous:
   drops it as the authors' code did (both are worth running).
 * A round whose mean update or hypergradient is not finite changes neither
   the model nor the hyperparameters; it is counted in `skipped_non_finite`.
+
+`server_step` (a `tff_hpo.server_steps` rule) scales the mean update before
+the server optimizer: FedExP's eta_g or FedHyper-G's alpha, combinations no
+paper ran. Its state and, if it needs one, the previous round's mean update
+join the server state; plain FATHOM's state is unchanged.
 """
 
 from __future__ import annotations
@@ -39,6 +44,8 @@ import tensorflow_federated as tff
 
 from tff_hpo import hypergradients
 from tff_hpo import local_training
+from tff_hpo import server_steps
+from tff_hpo.algorithms import process_parts
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,45 +90,30 @@ def _hparams(eta, epochs, batch) -> collections.OrderedDict:
                                  client_batch_size=batch)
 
 
-def _replaced(state: collections.OrderedDict, **fields
-              ) -> collections.OrderedDict:
-  new_state = collections.OrderedDict(state)
-  new_state.update(fields)
-  return new_state
-
-
 def build_fathom(
     model_fn: Callable[[], tff.learning.models.VariableModel],
     config: FathomConfig = FathomConfig(),
     server_optimizer: tff.learning.optimizers.Optimizer | None = None,
+    server_step: server_steps.ServerStep = server_steps.ServerStep(),
 ) -> tff.learning.templates.LearningProcess:
   """Returns FATHOM as a `LearningProcess` over unbatched client datasets."""
   if server_optimizer is None:
     server_optimizer = tff.learning.optimizers.build_sgdm(learning_rate=1.0)
   cfg = config
-
-  with tf.Graph().as_default():
-    model = model_fn()
-    weights_type = tff.learning.models.weights_type_from_model(model)
-    unbatched_spec = tf.nest.map_structure(
-        lambda s: tf.TensorSpec(s.shape[1:], s.dtype), model.input_spec)
-    metrics_aggregation = tff.learning.metrics.sum_then_finalize(
-        model.metric_finalizers())
-  data_type = tff.SequenceType(tff.types.tensorflow_to_type(unbatched_spec))
+  types = process_parts.model_types(model_fn)
+  data_type, weights_type = types.data_type, types.weights_type
   trainable_type = weights_type.trainable
+  metrics_aggregation = types.metrics_aggregation
   f32 = np.float32
 
   # -- state --------------------------------------------------------------
 
   @tff.tensorflow.computation
   def initial_state():
-    init_model = model_fn()
-    weights = tff.learning.models.ModelWeights.from_model(init_model)
-    trainable = tuple(tf.identity(v) for v in weights.trainable)
-    return collections.OrderedDict(
-        global_model_weights=tff.learning.models.ModelWeights(
-            trainable=trainable,
-            non_trainable=tuple(tf.identity(v) for v in weights.non_trainable)),
+    weights = process_parts.initial_weights(model_fn)
+    trainable = tuple(weights.trainable)
+    state = collections.OrderedDict(
+        global_model_weights=weights,
         hparams=_hparams(tf.constant(cfg.initial_learning_rate, f32),
                          tf.constant(cfg.initial_epochs, f32),
                          tf.constant(cfg.initial_batch_size, f32)),
@@ -132,9 +124,10 @@ def build_fathom(
             h=tf.constant(0.0), g=tf.constant(0.0)),
         skipped_non_finite=tf.constant(0, tf.int32),
     )
+    state.update(process_parts.server_step_state(server_step, trainable))
+    return state
 
   state_type = initial_state.type_signature.result
-  hparams_type = state_type.hparams
 
   @tff.federated_computation
   def initialize_fn():
@@ -159,8 +152,9 @@ def build_fathom(
         hp['client_epochs'], hp['client_batch_size'], cfg.shuffle)
     weight = tf.where(out.non_finite > 0, 0.0,
                       tf.cast(out.num_examples, tf.float32))
+    norm = hypergradients.norm(out.delta)
     return collections.OrderedDict(
-        delta=out.delta, phi=out.phi, weight=weight,
+        delta=out.delta, phi=out.phi, weight=weight, squared_norm=norm * norm,
         local_steps=out.local_steps,
         costs=collections.OrderedDict(
             local_steps=out.local_steps,
@@ -168,16 +162,11 @@ def build_fathom(
             non_finite_clients=out.non_finite),
         model_metrics=out.model_metrics)
 
-  # -- aggregation ------------------------------------------------------------
-
-  @tff.tensorflow.computation(tf.int64)
-  def as_float(k):
-    return tf.cast(k, tf.float32)
-
   # -- server update --------------------------------------------------------
 
-  @tff.tensorflow.computation(state_type, trainable_type, np.float32)
-  def server_update(state, mean_delta, mean_phi):
+  @tff.tensorflow.computation(state_type, trainable_type, np.float32,
+                              np.float32)
+  def server_update(state, mean_delta, mean_phi, mean_squared_norm):
     hp = state['hparams']
     eta, epochs, batch = (hp['client_learning_rate'], hp['client_epochs'],
                           hp['client_batch_size'])
@@ -191,11 +180,12 @@ def build_fathom(
     update_ok = hypergradients.all_finite(mean_delta)
     hyper_ok = update_ok & tf.math.is_finite(h) & tf.math.is_finite(g)
 
+    step, step_fields, step_metrics = process_parts.apply_server_step(
+        server_step, state, mean_delta, mean_squared_norm)
     opt_state, new_trainable = server_optimizer.next(
         state['server_optimizer_state'], trainable,
-        tuple(-d for d in mean_delta))
-    pick = lambda ok, new, old: tf.nest.map_structure(
-        lambda n, o: tf.where(ok, n, o), new, old)
+        tuple(-step * d for d in mean_delta))
+    pick = process_parts.pick
     new_eta, new_epochs, new_batch = hypergradients.fathom_hparam_step(
         eta, epochs, batch, h, g, cfg.gamma_learning_rate, cfg.gamma_epochs,
         cfg.gamma_batch_size)
@@ -218,13 +208,16 @@ def build_fathom(
         skipped_non_finite=state['skipped_non_finite'] + tf.cast(
             tf.logical_not(hyper_ok), tf.int32),
     )
+    new_state.update(pick(update_ok, step_fields,
+                          process_parts.server_step_fields(server_step, state)))
     metrics = collections.OrderedDict(
         client_learning_rate=eta, client_epochs=epochs, client_batch_size=batch,
         h=new_state['last_hypergradients']['h'],
         g=new_state['last_hypergradients']['g'],
         mean_phi=mean_phi,
         update_norm=tf.where(update_ok, hypergradients.norm(mean_delta), 0.0),
-        skipped_non_finite=new_state['skipped_non_finite'])
+        skipped_non_finite=new_state['skipped_non_finite'],
+        **step_metrics)
     return new_state, metrics
 
   # -- composition ------------------------------------------------------------
@@ -237,41 +230,21 @@ def build_fathom(
     out = tff.federated_map(client_update, (payload, client_data))
     mean_delta = tff.federated_mean(out.delta, weight=out.weight)
     mean_phi = tff.federated_mean(out.phi, weight=out.weight)
+    mean_squared_norm = process_parts.mean_squared_norm(
+        server_step, out.squared_norm, out.weight)
     new_state, fathom_metrics = tff.federated_map(
-        server_update, (state, mean_delta, mean_phi))
-    costs = tff.federated_sum(out.costs)
-    steps_max = tff.federated_max(out.local_steps)
-    steps_mean = tff.federated_mean(tff.federated_map(as_float,
-                                                      out.local_steps))
+        server_update, (state, mean_delta, mean_phi, mean_squared_norm))
+    extra = [out.phi]
+    if server_step.needs_client_squared_norms:
+      extra.append(out.squared_norm)
     metrics = tff.federated_zip(collections.OrderedDict(
         client_work=collections.OrderedDict(
             train=metrics_aggregation(out.model_metrics)),
         fathom=fathom_metrics,
-        cost=tff.federated_zip(collections.OrderedDict(
-            local_steps=costs.local_steps,
-            examples_processed=costs.examples_processed,
-            non_finite_clients=costs.non_finite_clients,
-            local_steps_max=steps_max, local_steps_mean=steps_mean)),
+        cost=tff.federated_zip(
+            process_parts.cost_metrics(out, extra, payload)),
     ))
     return tff.learning.templates.LearningProcessOutput(new_state, metrics)
 
-  @tff.tensorflow.computation(state_type)
-  def get_model_weights(state):
-    return state['global_model_weights']
-
-  @tff.tensorflow.computation(state_type, weights_type)
-  def set_model_weights(state, weights):
-    return _replaced(state, global_model_weights=weights)
-
-  @tff.tensorflow.computation(state_type)
-  def get_hparams(state):
-    return state['hparams']
-
-  @tff.tensorflow.computation(state_type, hparams_type)
-  def set_hparams(state, hparams):
-    return _replaced(state, hparams=hparams)
-
-  return tff.learning.templates.LearningProcess(
-      initialize_fn, next_fn, get_model_weights, set_model_weights,
-      get_hparams_fn=get_hparams, set_hparams_fn=set_hparams)
-
+  return process_parts.learning_process(initialize_fn, next_fn, state_type,
+                                        weights_type)
