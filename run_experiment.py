@@ -101,7 +101,11 @@ _ALGORITHM_HELP = {
                                'alpha (1: eq. 15 as written).',
     'fedhyper_beta_hyper_lr': 'FedHyper: factor on the hypergradients of the '
                               'client learning rate (1: eq. 17 / 20 as '
-                              'written).',
+                              'written; default: SL the initial client lr, '
+                              'as the authors\' code, CL 1e-3).',
+    'adabest_beta': 'AdaBest: beta of the server estimate h = beta '
+                    '(theta_bar^{t-1} - theta_bar^t).',
+    'adabest_mu': 'AdaBest: mu of the client estimate (the paper fixes 0.02).',
 }
 _DEFINE = {float: flags.DEFINE_float, bool: flags.DEFINE_bool}
 _ALGORITHM_FLAGS = {}

@@ -23,9 +23,11 @@ from typing import Any, Callable, Optional, TextIO
 import numpy as np
 import tensorflow as tf
 
+from tff_hpo import client_states
 from tff_hpo import config as config_lib
 
 CHECKPOINT_DIR = 'checkpoints'
+CLIENT_STATES_DIR = 'client_states'  # <round>.npz beside each checkpoint.
 METRICS_CSV = 'metrics.csv'
 CONFIG_JSON = 'config.json'
 # Settings a resumed run may change: they do not alter the trajectory.
@@ -92,12 +94,22 @@ class Experiment:
           f'--clients_per_round: expected at most {len(train.client_ids)} '
           f'(the train clients of {config.task}), got '
           f'{config.clients_per_round}')
-    self.process = algorithms.build(config, self.task.model_fn)
+    self.process = algorithms.build(config, self.task.model_fn,
+                                    num_train_clients=len(train.client_ids))
     self._average_last_two = algorithms.evaluates_average_of_last_two(config)
     self._host_communication = algorithms.host_side_communication(
         config, self.task.model_fn)
-    self._train = tff.simulation.compose_dataset_computation_with_learning_process(
-        train.dataset_computation, self.process)
+    from tff_hpo.algorithms import stateful_clients  # pylint: disable=g-import-not-at-top
+    if isinstance(self.process, stateful_clients.StatefulClientsProcess):
+      self._client_states = client_states.ClientStateStore(
+          self.process.initial_client_state)
+      self._train_next = tff.simulation.compose_dataset_computation_with_computation(
+          train.dataset_computation, self.process.next)
+    else:
+      self._client_states = None
+      self._train_next = (
+          tff.simulation.compose_dataset_computation_with_learning_process(
+              train.dataset_computation, self.process).next)
     self._sample = tff.simulation.build_uniform_sampling_fn(
         train.client_ids, replace=False, random_seed=config.seed)
 
@@ -142,11 +154,22 @@ class Experiment:
 
   # -- one round --------------------------------------------------------------
 
-  def _round_metrics(self, output, hparams, counters: Counters,
+  def _next(self, state, clients: list[str]):
+    """One round; stateful clients get their states in and back out."""
+    store = self._client_states
+    if store is None:
+      output = self._train_next(state, clients)
+      return output.state, output.metrics
+    state, metrics, new_states = self._train_next(state, clients,
+                                                  store.gather(clients))
+    store.update(clients, new_states)
+    return state, metrics
+
+  def _round_metrics(self, process_metrics, hparams, counters: Counters,
                      seconds: float, round_num: int,
                      num_clients: int) -> dict[str, float]:
     """Stable names first; `hparams` are those the round's clients used."""
-    raw = flatten(output.metrics)
+    raw = flatten(process_metrics)
     if self._host_communication is None:
       down, up = raw['cost/bytes_broadcast'], raw['cost/bytes_uploaded']
     else:
@@ -171,6 +194,9 @@ class Experiment:
         'cost/bytes_uploaded_cumulative': round_num * up,
         'time/round_seconds': seconds,
     }
+    if self._client_states is not None:
+      released['cost/clients_with_state'] = len(self._client_states)
+      released['cost/client_state_bytes'] = self._client_states.nbytes
     released.update({f'hparams/{k}': v for k, v in flatten(hparams).items()})
     released.update({f'process/{k}': v for k, v in raw.items()})
     return released
@@ -236,11 +262,10 @@ class Experiment:
                   if evaluate and self._average_last_two else None)
       hparams = self.process.get_hparams(state)
       t0 = time.perf_counter()
-      output = self._train.next(state, clients)
+      state, process_metrics = self._next(state, clients)
       seconds = time.perf_counter() - t0
-      state = output.state
-      metrics = self._round_metrics(output, hparams, counters, seconds,
-                                    round_num, len(clients))
+      metrics = self._round_metrics(process_metrics, hparams, counters,
+                                    seconds, round_num, len(clients))
       if evaluate:
         metrics.update(self.evaluate(state, previous))
       _run(_release_all(releases, metrics, round_num))
@@ -249,10 +274,33 @@ class Experiment:
         on_round(round_num, metrics)
       if (round_num % cfg.rounds_per_checkpoint == 0 or
           round_num == cfg.total_rounds):
+        self._save_client_states(round_num)
         _run(state_manager.save(
             [state, round_num, counters.examples, counters.local_steps],
             round_num))
+        self._prune_client_states(state_manager)
     return state
+
+  def _client_states_path(self, round_num: int) -> str:
+    return os.path.join(self.config.run_dir, CLIENT_STATES_DIR,
+                        f'{round_num}.npz')
+
+  def _save_client_states(self, round_num: int) -> None:
+    """Written before the checkpoint, so every checkpoint has its states."""
+    if self._client_states is not None:
+      os.makedirs(os.path.dirname(self._client_states_path(0)), exist_ok=True)
+      self._client_states.save(self._client_states_path(round_num))
+
+  def _prune_client_states(self, state_manager) -> None:
+    if self._client_states is None:
+      return
+    keep = {self._client_states_path(v)
+            for v in (_run(state_manager.get_versions()) or [])}
+    folder = os.path.dirname(self._client_states_path(0))
+    for name in os.listdir(folder):
+      path = os.path.join(folder, name)
+      if path not in keep:
+        os.remove(path)
 
   def _restore(self, state_manager):
     """Latest readable checkpoint, or the initial state at round 0."""
@@ -262,6 +310,8 @@ class Experiment:
       try:
         state, round_num, examples, steps = _run(state_manager.load(
             version, [initial, 0, 0, 0]))
+        if self._client_states is not None:
+          self._client_states.load(self._client_states_path(version))
       except Exception as e:  # pylint: disable=broad-except
         self._log(f'checkpoint {version} unreadable ({e}); trying an older one')
         continue

@@ -41,7 +41,8 @@ def train_locally(model: tff.learning.models.VariableModel,
                   initial_weights: Any, dataset: tf.data.Dataset,
                   learning_rate: tf.Tensor, epochs: tf.Tensor,
                   batch: tf.Tensor, shuffle: bool,
-                  schedule: Optional[CLSchedule] = None) -> ClientOutput:
+                  schedule: Optional[CLSchedule] = None,
+                  gradient_correction: Any = None) -> ClientOutput:
   """Runs K_i SGD steps from `initial_weights` on the unbatched `dataset`.
 
   phi_i = min over steps k of cos(sum_{j<=k} g_j, g_k): eq. (12)'s normalized
@@ -54,15 +55,18 @@ def train_locally(model: tff.learning.models.VariableModel,
   K_i, the examples processed, whether the delta was non-finite (then zeroed,
   so the client carries no weight), the model's unfinalized metrics and the
   mean learning rate of the K_i steps (`learning_rate` unless `schedule`).
+  `gradient_correction` (trainable-shaped) is added to every gradient: the
+  drift corrections of SCAFFOLD (c - c_i) and AdaBest (-h_i).
   Everything runs in one `tf.function`, whose automatic control dependencies
   order the variable updates before the reads (TFF traces in graph mode).
   """
   return tf.function(_train)(model, initial_weights, dataset, learning_rate,
-                             epochs, batch, shuffle, schedule)
+                             epochs, batch, shuffle, schedule,
+                             gradient_correction)
 
 
 def _train(model, initial_weights, dataset, learning_rate, epochs, batch,
-           shuffle, schedule) -> ClientOutput:
+           shuffle, schedule, gradient_correction) -> ClientOutput:
   weights = tff.learning.models.ModelWeights.from_model(model)
   for v, t in zip(tf.nest.flatten(weights), tf.nest.flatten(initial_weights)):
     v.assign(t)
@@ -83,6 +87,8 @@ def _train(model, initial_weights, dataset, learning_rate, epochs, batch,
     with tf.GradientTape() as tape:
       output = model.forward_pass(batch_data, training=True)
     grads = tuple(tape.gradient(output.loss, trainable))
+    if gradient_correction is not None:
+      grads = tuple(g + c for g, c in zip(grads, gradient_correction))
     grad_sum = tuple(s + g for s, g in zip(grad_sum, grads))
     phi = tf.minimum(phi, hypergradients.cosine(grad_sum, grads))
     if schedule is not None:

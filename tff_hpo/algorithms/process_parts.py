@@ -138,10 +138,16 @@ def bytes_communicated(payload, uploads: list, anchor) -> Any:
 # -- the process ---------------------------------------------------------------
 
 
-def learning_process(initialize_fn, next_fn, state_type, weights_type
-                     ) -> tff.learning.templates.LearningProcess:
-  """The `LearningProcess` with model and `hparams` accessors on the state's
-  `global_model_weights` and `hparams` fields."""
+class Accessors(NamedTuple):
+  get_model_weights: Any
+  set_model_weights: Any
+  get_hparams: Any
+  set_hparams: Any
+
+
+def accessors(state_type, weights_type) -> Accessors:
+  """Model and `hparams` accessors on the state's `global_model_weights` and
+  `hparams` fields."""
 
   @tff.tensorflow.computation(state_type)
   def get_model_weights(state):
@@ -159,8 +165,16 @@ def learning_process(initialize_fn, next_fn, state_type, weights_type
   def set_hparams(state, hparams):
     return replaced(state, hparams=hparams)
 
+  return Accessors(get_model_weights, set_model_weights, get_hparams,
+                   set_hparams)
+
+
+def learning_process(initialize_fn, next_fn, state_type, weights_type
+                     ) -> tff.learning.templates.LearningProcess:
+  get_weights, set_weights, get_hparams, set_hparams = accessors(
+      state_type, weights_type)
   return tff.learning.templates.LearningProcess(
-      initialize_fn, next_fn, get_model_weights, set_model_weights,
+      initialize_fn, next_fn, get_weights, set_weights,
       get_hparams_fn=get_hparams, set_hparams_fn=set_hparams)
 
 
