@@ -34,6 +34,10 @@ _CLIENT_LR = flags.DEFINE_float('client_learning_rate', None,
                                 'Client SGD learning rate.')
 _BATCH = flags.DEFINE_integer('client_batch_size', None, 'Client batch size.')
 _EPOCHS = flags.DEFINE_integer('client_epochs', 1, 'Local epochs per round.')
+_CLIP = flags.DEFINE_float(
+    'client_gradient_clip_norm', None,
+    'Clip each local gradient to this global L2 norm (FedExP\'s experiments '
+    'clip); unset: no clipping.')
 _MAX_EXAMPLES = flags.DEFINE_integer(
     'max_examples_per_client', None,
     'Cap on examples per client per round (default: the task\'s).')
@@ -122,6 +126,7 @@ def config_from_flags() -> config_lib.ExperimentConfig:
       total_rounds=_ROUNDS.value, clients_per_round=_CLIENTS.value,
       client_learning_rate=_CLIENT_LR.value, client_batch_size=_BATCH.value,
       client_epochs=_EPOCHS.value, max_examples_per_client=_MAX_EXAMPLES.value,
+      client_gradient_clip_norm=_CLIP.value,
       server_optimizer=_SERVER_OPT.value,
       server_learning_rate=_SERVER_LR.value,
       server_momentum=_SERVER_MOMENTUM.value,

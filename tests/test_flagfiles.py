@@ -11,6 +11,7 @@ from absl import flags
 
 import run_experiment  # Defines the flags.
 import tasks
+from tff_hpo import config as config_lib
 from tests.conftest import ROOT
 
 FLAGFILES = sorted(
@@ -30,7 +31,7 @@ def test_flagfile_resolves(path, tmp_path, monkeypatch):
     cfg = tasks.resolve_config(cfg)
   finally:
     flags.FLAGS.unparse_flags()
-  assert cfg.algorithm in ('fathom', 'fedavg')
+  assert cfg.algorithm in config_lib.ALGORITHMS
   name = os.path.basename(path)
   if 'table1' in path:
     assert cfg.experiment_name == 'table1_' + name.removesuffix('.cfg')
@@ -41,6 +42,8 @@ def test_flagfile_resolves(path, tmp_path, monkeypatch):
     if name.startswith('stackoverflow_baseline'):
       assert (cfg.client_learning_rate, cfg.client_batch_size,
               cfg.clients_per_round) == (0.32, 16, 50)
+  if 'peers' in path:
+    assert cfg.experiment_name == 'peers_' + name.removesuffix('.cfg')
 
 
 def test_table1_has_every_row_for_both_algorithms():

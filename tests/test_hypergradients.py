@@ -78,5 +78,36 @@ def test_effective_batch_size_rounds_and_is_positive(b, want):
   assert int(hg.effective_batch_size(tf.constant(b))) == want
 
 
+# -- FedHyper -------------------------------------------------------------
+
+
+def test_fedhyper_rate_moves_with_the_dot_product_and_is_clipped():
+  low, high = hg.fedhyper_bounds(1.0, 3.0)
+  assert (low, high) == pytest.approx((1 / 3, 3.0))
+  assert hg.fedhyper_bounds(0.05, 10.0) == pytest.approx((0.005, 0.5))
+  # Eq. (15): aligned updates (positive dot) raise alpha, opposed lower it.
+  assert float(hg.fedhyper_rate_step(1.0, 0.4, 1.0, low, high)) == (
+      pytest.approx(1.4))
+  assert float(hg.fedhyper_rate_step(1.0, -0.4, 0.5, low, high)) == (
+      pytest.approx(0.8))
+  assert float(hg.fedhyper_rate_step(1.0, 100.0, 1.0, low, high)) == (
+      pytest.approx(3.0))
+  assert float(hg.fedhyper_rate_step(1.0, -100.0, 1.0, low, high)) == (
+      pytest.approx(1 / 3))
+
+
+def test_fedhyper_cl_step_is_eq_20():
+  g, g_prev, update = [1.0, -2.0], [0.5, 0.5], [2.0, 1.0]
+  want = 0.1 + 0.01 * (np.dot(g, g_prev) + np.dot(g, update) / 4)
+  got = hg.fedhyper_cl_step(tf.constant(0.1), _t(g), _t(g_prev), _t(update),
+                            tf.constant(4, tf.int64), 0.01, 0.01, 1.0)
+  assert float(got) == pytest.approx(want, rel=1e-6)
+  # A step against the last global update (Y < 0) with X = 0 lowers beta.
+  got = hg.fedhyper_cl_step(tf.constant(0.1), _t([1.0, 0.0]), _t([0.0, 1.0]),
+                            _t([-1.0, 0.0]), tf.constant(2, tf.int64), 0.1,
+                            0.01, 1.0)
+  assert float(got) == pytest.approx(0.1 - 0.1 * 0.5)
+
+
 if __name__ == '__main__':  # Lets Bazel's py_test run the file.
   sys.exit(pytest.main([__file__, '-q']))

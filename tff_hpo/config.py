@@ -36,6 +36,7 @@ class ExperimentConfig:
   client_learning_rate: Optional[float] = None
   client_batch_size: Optional[int] = None
   client_epochs: int = 1
+  client_gradient_clip_norm: Optional[float] = None  # None: no clipping.
   max_examples_per_client: Optional[int] = None
   server_optimizer: Optional[str] = None  # The algorithm's (FEDOPT), or sgd.
   server_learning_rate: Optional[float] = None
@@ -146,6 +147,10 @@ def resolve(config: ExperimentConfig, task_names: tuple[str, ...],
            config.max_examples_per_client > 0, 'max_examples_per_client',
            'a positive integer (or unset for no limit)',
            config.max_examples_per_client)
+  _require(config.client_gradient_clip_norm is None or
+           config.client_gradient_clip_norm > 0, 'client_gradient_clip_norm',
+           'a positive norm (or unset for no clipping)',
+           config.client_gradient_clip_norm)
   _require(config.eval_clients >= 0, 'eval_clients',
            'a non-negative integer (0 = all test clients)', config.eval_clients)
   _require(0 <= config.server_momentum < 1, 'server_momentum', 'in [0, 1)',

@@ -42,7 +42,8 @@ def train_locally(model: tff.learning.models.VariableModel,
                   learning_rate: tf.Tensor, epochs: tf.Tensor,
                   batch: tf.Tensor, shuffle: bool,
                   schedule: Optional[CLSchedule] = None,
-                  gradient_correction: Any = None) -> ClientOutput:
+                  gradient_correction: Any = None,
+                  clip_norm: Optional[float] = None) -> ClientOutput:
   """Runs K_i SGD steps from `initial_weights` on the unbatched `dataset`.
 
   phi_i = min over steps k of cos(sum_{j<=k} g_j, g_k): eq. (12)'s normalized
@@ -56,17 +57,18 @@ def train_locally(model: tff.learning.models.VariableModel,
   so the client carries no weight), the model's unfinalized metrics and the
   mean learning rate of the K_i steps (`learning_rate` unless `schedule`).
   `gradient_correction` (trainable-shaped) is added to every gradient: the
-  drift corrections of SCAFFOLD (c - c_i) and AdaBest (-h_i).
+  drift corrections of SCAFFOLD (c - c_i) and AdaBest (-h_i). With
+  `clip_norm`, the raw gradient is first clipped to that global L2 norm.
   Everything runs in one `tf.function`, whose automatic control dependencies
   order the variable updates before the reads (TFF traces in graph mode).
   """
   return tf.function(_train)(model, initial_weights, dataset, learning_rate,
                              epochs, batch, shuffle, schedule,
-                             gradient_correction)
+                             gradient_correction, clip_norm)
 
 
 def _train(model, initial_weights, dataset, learning_rate, epochs, batch,
-           shuffle, schedule, gradient_correction) -> ClientOutput:
+           shuffle, schedule, gradient_correction, clip_norm) -> ClientOutput:
   weights = tff.learning.models.ModelWeights.from_model(model)
   for v, t in zip(tf.nest.flatten(weights), tf.nest.flatten(initial_weights)):
     v.assign(t)
@@ -87,6 +89,8 @@ def _train(model, initial_weights, dataset, learning_rate, epochs, batch,
     with tf.GradientTape() as tape:
       output = model.forward_pass(batch_data, training=True)
     grads = tuple(tape.gradient(output.loss, trainable))
+    if clip_norm is not None:
+      grads = tuple(tf.clip_by_global_norm(grads, clip_norm)[0])
     if gradient_correction is not None:
       grads = tuple(g + c for g, c in zip(grads, gradient_correction))
     grad_sum = tuple(s + g for s, g in zip(grad_sum, grads))

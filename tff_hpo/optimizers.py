@@ -100,6 +100,47 @@ class ReddiAdaptive(tff.learning.optimizers.Optimizer):
     return new_state
 
 
+class ClippedSGD(tff.learning.optimizers.Optimizer):
+  """Client SGD whose gradient is first clipped to a global L2 norm: the
+  FedExP paper's experiments clip gradients (Appendix D.3, after Acar et
+  al.), which TFF's SGD cannot do."""
+
+  def __init__(self, learning_rate: float, clip_norm: float):
+    if not clip_norm > 0:
+      raise ValueError(f'gradient clip norm: expected > 0, got {clip_norm}')
+    self._learning_rate, self._clip_norm = learning_rate, clip_norm
+
+  def initialize(self, specs: Any) -> collections.OrderedDict:
+    del specs
+    # Plain floats, as TFF's own optimizers: the state is also built outside
+    # TF computations.
+    return collections.OrderedDict(learning_rate=self._learning_rate,
+                                   clip_norm=self._clip_norm)
+
+  def next(self, state, weights, gradients):
+    flat, _ = tf.clip_by_global_norm(tf.nest.flatten(gradients),
+                                     state['clip_norm'])
+    new = [w - tf.cast(state['learning_rate'], w.dtype) * g
+           for w, g in zip(tf.nest.flatten(weights), flat)]
+    return state, tf.nest.pack_sequence_as(weights, new)
+
+  def get_hparams(self, state):
+    return collections.OrderedDict(state)
+
+  def set_hparams(self, state, hparams):
+    new_state = collections.OrderedDict(state)
+    new_state.update(hparams)
+    return new_state
+
+
+def client_optimizer(learning_rate: float, clip_norm: Optional[float] = None
+                     ) -> tff.learning.optimizers.Optimizer:
+  """Client SGD, with gradients clipped to `clip_norm` if given."""
+  if clip_norm is None:
+    return tff.learning.optimizers.build_sgdm(learning_rate=learning_rate)
+  return ClippedSGD(learning_rate, clip_norm)
+
+
 def server_optimizer(name: str, learning_rate: float, momentum: float = 0.9,
                      epsilon: float = 1e-3, beta_2: float = 0.99,
                      initial_accumulator: Optional[float] = None

@@ -10,7 +10,7 @@ import numpy as np
 from tests.algorithms import linear_model
 
 
-def client(theta0, x, y, beta, epochs, batch, cl=None):
+def client(theta0, x, y, beta, epochs, batch, cl=None, clip_norm=None):
   """Local SGD; `cl` = (previous global update, factor, low, high) turns on
   eq. (20) from the second step on."""
   k = max(1, math.floor(len(x) * epochs / max(1, round(batch))))
@@ -19,6 +19,8 @@ def client(theta0, x, y, beta, epochs, batch, cl=None):
   for step in range(k):
     xb, yb = batches[step % len(batches)]
     g = linear_model.gradient(theta, xb, yb)
+    if clip_norm is not None:
+      g = g * min(1.0, clip_norm / np.linalg.norm(g))
     if cl is not None and step > 0:
       update, factor, low, high = cl
       lr = float(np.clip(lr + factor * (g @ previous + g @ update / k),
@@ -31,7 +33,7 @@ def client(theta0, x, y, beta, epochs, batch, cl=None):
 
 def run(data, rounds, *, g=False, sl=False, cl=False, alpha=1.0, beta=0.1,
         epochs=1.0, batch=3.0, gamma_alpha=3.0, gamma_beta=10.0,
-        alpha_factor=1.0, beta_factor=1.0, server_step=None):
+        alpha_factor=1.0, beta_factor=1.0, server_step=None, clip_norm=None):
   """Yields per round what the server holds after it. `server_step(theta,
   scaled_pseudo_gradient)` is the server optimizer (default: SGD, lr 1)."""
   if server_step is None:
@@ -43,7 +45,7 @@ def run(data, rounds, *, g=False, sl=False, cl=False, alpha=1.0, beta=0.1,
   for _ in range(rounds):
     schedule = (previous, beta_factor, beta0 / gamma_beta,
                 beta0 * gamma_beta) if cl else None
-    outs = [client(theta, x, y, beta, epochs, batch, schedule)
+    outs = [client(theta, x, y, beta, epochs, batch, schedule, clip_norm)
             for x, y in data]
     pseudo = -sum(n / nu.sum() * o[0] for n, o in zip(nu, outs))
     h = float(pseudo @ previous)

@@ -29,7 +29,8 @@ def _process(variant, server_optimizer=None, **overrides):
           initial_client_learning_rate=c['beta'], client_epochs=c['epochs'],
           client_batch_size=c['batch'], gamma_alpha=c['gamma_alpha'],
           gamma_beta=c['gamma_beta'], alpha_hyper_lr=c['alpha_factor'],
-          beta_hyper_lr=c['beta_factor'], shuffle=False), server_optimizer)
+          beta_hyper_lr=c['beta_factor'], shuffle=False,
+          clip_norm=c.get('clip_norm')), server_optimizer)
 
 
 def _flat(structure):
@@ -83,6 +84,13 @@ def test_matches_numpy_reference(variant):
   assert (len(betas) > 1) == ('sl' in parts)
   if 'cl' in parts:
     assert len(lrs) > 1
+
+
+def test_clipped_local_gradients_match_reference():
+  for process, state, _, want in _run_both('fedhyper_g_cl', 3, clip_norm=0.3):
+    np.testing.assert_allclose(
+        _flat(process.get_model_weights(state).trainable), want['theta'],
+        rtol=1e-5, atol=1e-6)
 
 
 def test_g_with_server_momentum_matches_reference():

@@ -55,8 +55,10 @@ def build(config: config_lib.ExperimentConfig,
       config.server_optimizer, config.server_learning_rate,
       config.server_momentum, config.server_epsilon, config.server_beta_2,
       config.server_initial_accumulator)
+  clip = config.client_gradient_clip_norm
   if config.algorithm in config_lib.FEDOPT:
-    return fedavg.build_fedavg(model_fn, config.client_learning_rate, server)
+    return fedavg.build_fedavg(model_fn, config.client_learning_rate, server,
+                               clip)
   if config.algorithm in config_lib.FEDHYPER:
     from tff_hpo.algorithms import fedhyper  # pylint: disable=g-import-not-at-top
     return fedhyper.build_fedhyper(model_fn, fedhyper.FedHyperConfig.variant(
@@ -68,24 +70,26 @@ def build(config: config_lib.ExperimentConfig,
         gamma_alpha=config.fedhyper_gamma_alpha,
         gamma_beta=config.fedhyper_gamma_beta,
         alpha_hyper_lr=config.fedhyper_alpha_hyper_lr,
-        beta_hyper_lr=_fedhyper_beta_hyper_lr(config)), server)
+        beta_hyper_lr=_fedhyper_beta_hyper_lr(config), clip_norm=clip),
+        server)
   if config.algorithm == 'fedexp':
     from tff_hpo.algorithms import fedexp  # pylint: disable=g-import-not-at-top
     return fedexp.build_fedexp(model_fn, config.client_learning_rate,
-                               config.fedexp_epsilon)
+                               config.fedexp_epsilon, clip)
   if config.algorithm in ('scaffold', 'scaffold_exp'):
     from tff_hpo.algorithms import scaffold  # pylint: disable=g-import-not-at-top
     return scaffold.build_scaffold(
         model_fn, config.client_learning_rate, float(config.client_epochs),
         float(config.client_batch_size), num_train_clients, server,
         server_steps.FedExPStep(config.fedexp_epsilon)
-        if config.algorithm == 'scaffold_exp' else server_steps.ServerStep())
+        if config.algorithm == 'scaffold_exp' else server_steps.ServerStep(),
+        clip_norm=clip)
   if config.algorithm == 'adabest':
     from tff_hpo.algorithms import adabest  # pylint: disable=g-import-not-at-top
     return adabest.build_adabest(
         model_fn, config.client_learning_rate, float(config.client_epochs),
         float(config.client_batch_size), config.adabest_beta,
-        config.adabest_mu)
+        config.adabest_mu, clip_norm=clip)
   if config.algorithm == 'fathom':
     from tff_hpo.algorithms import fathom  # pylint: disable=g-import-not-at-top
     return fathom.build_fathom(model_fn, fathom.FathomConfig(
@@ -102,7 +106,8 @@ def build(config: config_lib.ExperimentConfig,
         max_epochs=config.fathom_max_epochs,
         min_batch_size=config.fathom_min_batch_size,
         max_batch_size=config.fathom_max_batch_size,
-        g_includes_learning_rate=config.fathom_g_includes_learning_rate),
+        g_includes_learning_rate=config.fathom_g_includes_learning_rate,
+        clip_norm=clip),
         server, _fathom_server_step(config, server_steps))
   raise config_lib.ConfigError(f'--algorithm: unknown {config.algorithm!r}')
 

@@ -42,7 +42,9 @@ def build_adabest(
     beta: float,
     mu: float = 0.02,
     shuffle: bool = True,
+    clip_norm: float | None = None,
 ) -> stateful_clients.StatefulClientsProcess:
+  """AdaBest; `clip_norm` clips each raw local gradient first."""
   if not 0 <= beta <= 1:
     raise ValueError(f'AdaBest beta: expected in [0, 1], got {beta}')
   if not mu >= 0:
@@ -95,7 +97,7 @@ def build_adabest(
         model_fn(), payload['model'], dataset,
         payload['client_learning_rate'], tf.constant(client_epochs, f32),
         tf.constant(client_batch_size, f32), shuffle,
-        gradient_correction=tuple(-h for h in estimate))
+        gradient_correction=tuple(-h for h in estimate), clip_norm=clip_norm)
     finite = tf.equal(out.non_finite, 0)
     this_round = payload['round_num']
     new_state = collections.OrderedDict(

@@ -66,6 +66,7 @@ class FathomConfig:
   max_batch_size: float = 5096.0
   g_includes_learning_rate: bool = True
   shuffle: bool = True
+  clip_norm: float | None = None  # Clip each local gradient to this norm.
 
   def __post_init__(self):
     for lo, hi, name in (
@@ -149,7 +150,8 @@ def build_fathom(
     hp = payload['hparams']
     out = local_training.train_locally(
         client_model, payload['model'], dataset, hp['client_learning_rate'],
-        hp['client_epochs'], hp['client_batch_size'], cfg.shuffle)
+        hp['client_epochs'], hp['client_batch_size'], cfg.shuffle,
+        clip_norm=cfg.clip_norm)
     weight = tf.where(out.non_finite > 0, 0.0,
                       tf.cast(out.num_examples, tf.float32))
     norm = hypergradients.norm(out.delta)

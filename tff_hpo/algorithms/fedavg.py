@@ -12,15 +12,18 @@ from typing import Callable
 
 import tensorflow_federated as tff
 
+from tff_hpo import optimizers
+
 
 def build_fedavg(
     model_fn: Callable[[], tff.learning.models.VariableModel],
     client_learning_rate: float,
     server_optimizer: tff.learning.optimizers.Optimizer,
+    clip_norm: float | None = None,
 ) -> tff.learning.templates.LearningProcess:
   return tff.learning.algorithms.build_weighted_fed_avg(
       model_fn,
-      client_optimizer_fn=tff.learning.optimizers.build_sgdm(
-          learning_rate=client_learning_rate),
+      client_optimizer_fn=optimizers.client_optimizer(client_learning_rate,
+                                                      clip_norm),
       server_optimizer_fn=server_optimizer,
   )

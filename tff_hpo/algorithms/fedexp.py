@@ -15,17 +15,19 @@ from typing import Callable
 import tensorflow_federated as tff
 
 from tff_hpo import aggregators
+from tff_hpo import optimizers
 
 
 def build_fedexp(
     model_fn: Callable[[], tff.learning.models.VariableModel],
     client_learning_rate: float,
     epsilon: float,
+    clip_norm: float | None = None,
 ) -> tff.learning.templates.LearningProcess:
   return tff.learning.algorithms.build_unweighted_fed_avg(
       model_fn,
-      client_optimizer_fn=tff.learning.optimizers.build_sgdm(
-          learning_rate=client_learning_rate),
+      client_optimizer_fn=optimizers.client_optimizer(client_learning_rate,
+                                                      clip_norm),
       server_optimizer_fn=tff.learning.optimizers.build_sgdm(
           learning_rate=1.0),
       model_aggregator=aggregators.FedExPMeanFactory(epsilon),

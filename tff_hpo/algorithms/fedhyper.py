@@ -60,6 +60,7 @@ class FedHyperConfig:
   alpha_hyper_lr: float = 1.0
   beta_hyper_lr: float = 1.0
   shuffle: bool = True
+  clip_norm: float | None = None  # Clip each local gradient to this norm.
 
   @classmethod
   def variant(cls, name: str, **kwargs) -> 'FedHyperConfig':
@@ -149,7 +150,8 @@ def build_fedhyper(
     out = local_training.train_locally(
         model_fn(), payload['model'], dataset,
         payload['client_learning_rate'], tf.constant(cfg.client_epochs, f32),
-        tf.constant(cfg.client_batch_size, f32), cfg.shuffle, schedule)
+        tf.constant(cfg.client_batch_size, f32), cfg.shuffle, schedule,
+        clip_norm=cfg.clip_norm)
     weight = tf.where(out.non_finite > 0, 0.0,
                       tf.cast(out.num_examples, tf.float32))
     return collections.OrderedDict(

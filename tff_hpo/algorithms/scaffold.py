@@ -39,8 +39,10 @@ def build_scaffold(
     server_optimizer: tff.learning.optimizers.Optimizer | None = None,
     server_step: server_steps.ServerStep = server_steps.ServerStep(),
     shuffle: bool = True,
+    clip_norm: float | None = None,
 ) -> stateful_clients.StatefulClientsProcess:
-  """SCAFFOLD; with `server_step=FedExPStep(eps)`, SCAFFOLD-ExP."""
+  """SCAFFOLD; with `server_step=FedExPStep(eps)`, SCAFFOLD-ExP.
+  `clip_norm` clips each raw local gradient before the correction."""
   if num_total_clients < 1:
     raise ValueError(f'SCAFFOLD: num_total_clients must be >= 1, got '
                      f'{num_total_clients}')
@@ -97,7 +99,8 @@ def build_scaffold(
         model_fn(), payload['model'], dataset, lr,
         tf.constant(client_epochs, f32), tf.constant(client_batch_size, f32),
         shuffle, gradient_correction=tuple(
-            c - ci for c, ci in zip(server_control, client_control)))
+            c - ci for c, ci in zip(server_control, client_control)),
+        clip_norm=clip_norm)
     finite = tf.equal(out.non_finite, 0)
     new_control = process_parts.pick(
         finite, control_variates.scaffold_client_control(
