@@ -8,8 +8,10 @@ what the training loop measures around `process.next` (client datasets built
 from ids included; evaluation and file writes excluded). Algorithms may take
 different numbers of local steps for the same clients (FATHOM floors
 nu_i E / B, TFF's FedAvg runs the partial last batch too), so the comparison
-is per local step. Writes benchmarks/results/round_time.json (summary and
-ratios) and round_time.csv (every round).
+is per local step. Also records the bytes each round sends down and up and,
+for stateful clients, the host memory their state takes. Writes
+benchmarks/results/round_time.json (summary and ratios) and round_time.csv
+(every round).
 """
 
 from __future__ import annotations
@@ -48,13 +50,19 @@ def time_rounds(algorithm: str, rounds: int, warmup: int, cache_dir: str):
         {'algorithm': algorithm, 'round': r,
          'seconds': m['time/round_seconds'],
          'local_steps': int(m['cost/local_steps']),
-         'examples': int(m['cost/examples'])}))
+         'examples': int(m['cost/examples']),
+         'bytes_broadcast': int(m['cost/bytes_broadcast']),
+         'bytes_uploaded': int(m['cost/bytes_uploaded']),
+         'client_state_bytes': int(m.get('cost/client_state_bytes', 0))}))
   return rows, exp.task.dataset_label, cfg
 
 
 def main() -> int:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument('--algorithms', default='fedavg,fathom')
+  parser.add_argument(
+      '--algorithms',
+      default='fedavg,fathom,fedadam,fedexp,fedhyper_g,fedhyper_cl,scaffold,'
+      'adabest')
   parser.add_argument('--rounds', type=int, default=30)
   parser.add_argument('--warmup', type=int, default=3)
   parser.add_argument('--cache_dir', default=os.path.join(ROOT, '.cache/tff'))
@@ -81,6 +89,10 @@ def main() -> int:
           'round_seconds_std': float(secs.std()),
           'local_steps_per_round_mean': float(steps.mean()),
           'ms_per_local_step': float(1000 * secs.sum() / steps.sum()),
+          'bytes_broadcast_per_round': timed[-1]['bytes_broadcast'],
+          'bytes_uploaded_per_round': timed[-1]['bytes_uploaded'],
+          # Host memory for client state after all rounds (SCAFFOLD, AdaBest).
+          'client_state_bytes_at_end': timed[-1]['client_state_bytes'],
       }
   finally:
     runtime.shutdown()

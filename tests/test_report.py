@@ -11,7 +11,7 @@ import pytest
 from tff_hpo import report
 
 
-def _run(tmp_path, name, accuracies, algorithm='fedavg'):
+def _run(tmp_path, name, accuracies, algorithm='fedavg', bytes_per_round=None):
   run = tmp_path / name
   run.mkdir()
   rows = []
@@ -19,6 +19,10 @@ def _run(tmp_path, name, accuracies, algorithm='fedavg'):
     rows.append({'round': i, 'eval/accuracy': acc,
                  'cost/examples_cumulative': 100 * i,
                  'hparams/client_learning_rate': 0.1 * i})
+    if bytes_per_round:
+      down, up = bytes_per_round
+      rows[-1].update({'cost/bytes_broadcast_cumulative': down * i,
+                       'cost/bytes_uploaded_cumulative': up * i})
   pd.DataFrame(rows).to_csv(run / 'metrics.csv', index=False)
   (run / 'config.json').write_text(json.dumps({'algorithm': algorithm}))
   (run / 'dataset.txt').write_text('synthetic\n')
@@ -34,6 +38,16 @@ def test_rounds_and_examples_to_target(tmp_path):
   assert table['examples_to_0.7'].tolist()[0] == 400
   assert table['final_eval_accuracy'].tolist() == [0.71, 0.5]
   assert table['algorithm'].tolist() == ['fedavg', 'fathom']
+
+
+def test_bytes_to_target_and_labels_for_repeated_algorithms(tmp_path):
+  a = _run(tmp_path, 'a', [0.1, 0.75, 0.8], bytes_per_round=(10, 3))
+  b = _run(tmp_path, 'b', [0.1, 0.2, 0.3])  # Made before byte counting.
+  table = report.summary([a, b], 0.7)
+  assert table['bytes_to_0.7'].tolist()[0] == 26
+  assert table['bytes_total'].tolist()[0] == 39
+  assert pd.isna(table['bytes_total'].tolist()[1])
+  assert report.run_labels([a, b]) == {a: 'a', b: 'b'}  # Both fedavg.
 
 
 def test_cli_writes_png_and_summary(tmp_path):

@@ -211,8 +211,12 @@ class Experiment:
       with open(config_path) as f:
         saved = json.load(f)
       now = dataclasses.asdict(self.config)
+      # Settings added since the run began count as their defaults, so runs
+      # made by an older version still resume.
+      defaults = {f.name: f.default
+                  for f in dataclasses.fields(config_lib.ExperimentConfig)}
       changed = sorted(k for k in now if k not in _RESUMABLE_CHANGES and
-                       saved.get(k) != now[k])
+                       saved.get(k, defaults[k]) != now[k])
       if changed:
         raise config_lib.ConfigError(
             f'--experiment_name: {run_dir} holds a run with different '

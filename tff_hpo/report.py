@@ -4,7 +4,8 @@
       --out=results/x/comparison.png [--target=0.7]
 
 Only stable metric names are used (`eval/accuracy`, `hparams/...`,
-`cost/examples_cumulative`), so any algorithm's runs can be compared.
+`cost/examples_cumulative`, `cost/bytes_*_cumulative`), so any algorithm's
+runs can be compared. Runs made before byte counting get empty byte columns.
 """
 
 from __future__ import annotations
@@ -32,6 +33,22 @@ def load_run(run_dir: str) -> pd.DataFrame:
 def run_label(run_dir: str) -> str:
   with open(os.path.join(run_dir, 'config.json')) as f:
     return json.load(f)['algorithm']
+
+
+def run_labels(run_dirs: Sequence[str]) -> dict[str, str]:
+  """The algorithm, or the run directory's name where algorithms repeat."""
+  algorithms = [run_label(d) for d in run_dirs]
+  return {d: (a if algorithms.count(a) == 1 else os.path.basename(d))
+          for d, a in zip(run_dirs, algorithms)}
+
+
+def _bytes_until(frame: pd.DataFrame, round_num: Optional[int]
+                 ) -> Optional[int]:
+  columns = ('cost/bytes_broadcast_cumulative', 'cost/bytes_uploaded_cumulative')
+  if round_num is None or not all(c in frame for c in columns):
+    return None
+  row = frame.loc[frame['round'] == round_num].iloc[0]
+  return int(sum(row[c] for c in columns))
 
 
 def dataset_label(run_dir: str) -> str:
@@ -62,6 +79,8 @@ def summary(run_dirs: Sequence[str], target: float) -> pd.DataFrame:
                           'cost/examples_cumulative'].iloc[0])
             if hit else None),
         'examples_total': int(frame['cost/examples_cumulative'].iloc[-1]),
+        f'bytes_to_{target:g}': _bytes_until(frame, hit),
+        'bytes_total': _bytes_until(frame, int(frame['round'].max())),
     })
   return pd.DataFrame(rows)
 
@@ -72,11 +91,12 @@ def plot(run_dirs: Sequence[str], out_path: str) -> None:
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
 
   frames = {d: load_run(d) for d in run_dirs}
+  labels = run_labels(run_dirs)
   fig, axes = plt.subplots(2, 2, figsize=(11, 8))
   ax = axes[0, 0]
   for d, frame in frames.items():
     ev = frame.dropna(subset=['eval/accuracy'])
-    ax.plot(ev['round'], ev['eval/accuracy'], label=run_label(d))
+    ax.plot(ev['round'], ev['eval/accuracy'], label=labels[d])
   ax.set_xlabel('round')
   ax.set_ylabel('test accuracy')
   ax.legend()
@@ -84,7 +104,7 @@ def plot(run_dirs: Sequence[str], out_path: str) -> None:
   for ax, (column, title) in zip(axes.ravel()[1:], HPARAMS):
     for d, frame in frames.items():
       if column in frame:
-        ax.plot(frame['round'], frame[column], label=run_label(d))
+        ax.plot(frame['round'], frame[column], label=labels[d])
     ax.set_xlabel('round')
     ax.set_ylabel(title)
     ax.legend()
