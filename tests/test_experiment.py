@@ -90,7 +90,8 @@ def test_fedexp_learns_on_femnist_subset(tmp_path, cache_dir):
   # Measured here (seed 0, client lr 0.1, epsilon 0.1): eval accuracy (average
   # of the last two iterates) 0.12 after 10 rounds, 0.29 after 20, 0.53 after
   # 30. With the paper's client lr 10^-0.5 and no gradient clipping it stayed
-  # near 0.07 for 30 rounds (FedAvg at that lr: 0.48), so this test uses 0.1.
+  # near 0.07 for 30 rounds (FedAvg at that lr: 0.48), so this test uses 0.1;
+  # with the paper's clipping it learns at 10^-0.5 (fedexp_paper_lr_clipped).
   cfg = _config(tmp_path, cache_dir, algorithm='fedexp', total_rounds=30,
                 client_learning_rate=0.1, rounds_per_eval=30,
                 rounds_per_checkpoint=30, experiment_name='fedexp_learns')
@@ -113,6 +114,11 @@ LEARNING = {
     'fathom+fedexp': {'algorithm': 'fathom', 'fathom_with_fedexp': True},
     'fathom+fedhyper_g': {'algorithm': 'fathom',
                           'fathom_with_fedhyper_g': True},
+    # The FedExP paper's EMNIST values with its gradient clipping: without
+    # the clip this stays near 0.07 (see test_fedexp_learns_on_femnist_subset).
+    'fedexp_paper_lr_clipped': {'algorithm': 'fedexp',
+                                'client_learning_rate': 10**-0.5,
+                                'client_gradient_clip_norm': 10.0},
 }
 
 
