@@ -99,7 +99,8 @@ def plot(run_dirs: Sequence[str], out_path: str) -> None:
     ax.plot(ev['round'], ev['eval/accuracy'], label=labels[d])
   ax.set_xlabel('round')
   ax.set_ylabel('test accuracy')
-  ax.legend()
+  legend = dict(fontsize=6, ncol=2) if len(frames) > 6 else {}
+  ax.legend(**legend)
   ax.grid(alpha=0.3)
   for ax, (column, title) in zip(axes.ravel()[1:], HPARAMS):
     for d, frame in frames.items():
@@ -107,7 +108,7 @@ def plot(run_dirs: Sequence[str], out_path: str) -> None:
         ax.plot(frame['round'], frame[column], label=labels[d])
     ax.set_xlabel('round')
     ax.set_ylabel(title)
-    ax.legend()
+    ax.legend(**legend)
     ax.grid(alpha=0.3)
   rounds = max(int(f['round'].max()) for f in frames.values())
   fig.suptitle(f'{dataset_label(run_dirs[0])}: {rounds} rounds', fontsize=9)
