@@ -154,9 +154,9 @@ def build_fathom(
         clip_norm=cfg.clip_norm)
     weight = tf.where(out.non_finite > 0, 0.0,
                       tf.cast(out.num_examples, tf.float32))
-    norm = hypergradients.norm(out.delta)
     return collections.OrderedDict(
-        delta=out.delta, phi=out.phi, weight=weight, squared_norm=norm * norm,
+        delta=out.delta, phi=out.phi, weight=weight,
+        squared_norm=process_parts.client_squared_norm(server_step, out.delta),
         local_steps=out.local_steps,
         costs=collections.OrderedDict(
             local_steps=out.local_steps,

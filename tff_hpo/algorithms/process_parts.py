@@ -16,6 +16,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_hpo import communication
+from tff_hpo import hypergradients
 from tff_hpo import server_steps
 
 
@@ -104,6 +105,14 @@ def apply_server_step(rule: server_steps.ServerStep, state: Any,
   if 'previous_update' in keys:
     fields['previous_update'] = pseudo_gradient
   return step, fields, metrics
+
+
+def client_squared_norm(rule: server_steps.ServerStep, delta: Any
+                        ) -> tf.Tensor:
+  """||Delta_i||^2 if the rule uses it, else 0 without the work."""
+  if rule.needs_client_squared_norms:
+    return tf.square(hypergradients.norm(delta))
+  return tf.constant(0.0)
 
 
 def mean_squared_norm(rule: server_steps.ServerStep, squared_norms: Any,

@@ -106,12 +106,12 @@ def build_scaffold(
         finite, control_variates.scaffold_client_control(
             client_control, server_control, out.delta, out.local_steps, lr),
         client_control)
-    norm = hypergradients.norm(out.delta)
     upload = collections.OrderedDict(
         delta=out.delta,
         control_delta=tuple(n - o for n, o in zip(new_control,
                                                    client_control)),
-        weight=tf.where(finite, 1.0, 0.0), squared_norm=norm * norm,
+        weight=tf.where(finite, 1.0, 0.0),
+        squared_norm=process_parts.client_squared_norm(server_step, out.delta),
         local_steps=out.local_steps,
         costs=collections.OrderedDict(
             local_steps=out.local_steps,
