@@ -73,6 +73,21 @@ _CACHE_DIR = flags.DEFINE_string('cache_dir', '.cache/tff',
 _OFFLINE = flags.DEFINE_string(
     'offline_data_dir', '../shared/datasets',
     'Source of offline data converted into --cache_dir; "" lets TFF download.')
+_INVERT = flags.DEFINE_bool(
+    'emnist_invert_pixels', False,
+    'EMNIST: feed 1 - pixels (background 0), as the FATHOM authors\' FedJAX '
+    'pipeline; default: TFF\'s task as it is (background 1.0).')
+_STOP_ACCURACY = flags.DEFINE_float(
+    'early_stop_accuracy', None,
+    'Stop once eval accuracy reaches this and --early_stop_evals further '
+    'evaluations are recorded (default: train to --total_rounds).')
+_STOP_EVALS = flags.DEFINE_integer(
+    'early_stop_evals', 3, 'Evaluations recorded after reaching '
+    '--early_stop_accuracy before stopping.')
+_STEP_ROUNDING = flags.DEFINE_string(
+    'fathom_step_rounding', 'floor',
+    f'FATHOM: K_i = nu_i E / B rounded by one of {config_lib.STEP_ROUNDINGS} '
+    '(floor: the paper; ceil: the authors\' code).')
 
 _FATHOM_HELP = {
     'fathom_gamma_learning_rate': 'gamma_eta of eq. (13).',
@@ -138,6 +153,10 @@ def config_from_flags() -> config_lib.ExperimentConfig:
       rounds_per_checkpoint=_CKPT_EVERY.value,
       eval_clients=_EVAL_CLIENTS.value, cache_dir=_CACHE_DIR.value,
       offline_data_dir=_OFFLINE.value,
+      emnist_invert_pixels=_INVERT.value,
+      early_stop_accuracy=_STOP_ACCURACY.value,
+      early_stop_evals=_STOP_EVALS.value,
+      fathom_step_rounding=_STEP_ROUNDING.value,
       **{name: holder.value for name, holder in _ALGORITHM_FLAGS.items()})
 
 
@@ -146,12 +165,14 @@ def main(argv: list[str]) -> int:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
   logging.set_verbosity(logging.WARNING)  # Keras/TF info lines hide progress.
   from tasks.offline import sqlite_cache  # pylint: disable=g-import-not-at-top
+  from tff_hpo import run_lock  # pylint: disable=g-import-not-at-top
   from tff_hpo import runtime  # pylint: disable=g-import-not-at-top
   try:
     cfg = tasks.resolve_config(config_from_flags())
-    runtime.install()
-    from tff_hpo import experiment  # pylint: disable=g-import-not-at-top
-    experiment.Experiment(cfg).run()
+    with run_lock.hold(cfg.run_dir):  # Before building: a busy dir ends here.
+      runtime.install()
+      from tff_hpo import experiment  # pylint: disable=g-import-not-at-top
+      experiment.Experiment(cfg).run()
   except (config_lib.ConfigError, sqlite_cache.SourceDataError) as e:
     print(f'error: {e}', file=sys.stderr)
     return 2

@@ -73,12 +73,15 @@ def resolve_config(config):
 
 def load(name: str, *, batch_size: int, epochs: int,
          max_examples: Optional[int], cache_dir: str, offline_data_dir: str,
-         seed: Optional[int], per_example: bool = False) -> LoadedTask:
+         seed: Optional[int], per_example: bool = False,
+         invert_pixels: bool = False) -> LoadedTask:
   """Converts offline data if given, then builds the task with TFF's code.
 
   With `per_example`, TFF's train preprocessing runs with batches of one and
   no shuffling or repetition (the algorithm's clients batch, shuffle and
   repeat with hyperparameters they receive each round); the caller unbatches.
+  `invert_pixels` (EMNIST only) feeds 1 - pixels, as the FATHOM authors'
+  FedJAX pipeline does.
   """
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
   from tasks.offline import prepare  # pylint: disable=g-import-not-at-top
@@ -99,8 +102,11 @@ def load(name: str, *, batch_size: int, epochs: int,
         num_epochs=epochs, batch_size=batch_size, max_elements=max_examples)
   eval_spec = tff.simulation.baselines.ClientSpec(
       num_epochs=1, batch_size=EVAL_BATCH_SIZE)
+  extra = {'invert': True} if invert_pixels else {}
   baseline = module.create(train_spec, eval_spec,
                            os.path.abspath(cache_dir) if cache_dir else None,
-                           seed)
+                           seed, **extra)
+  if invert_pixels:
+    label += '; pixels inverted (1 - x, background 0) as in FedJAX'
   return LoadedTask(baseline, module.ACCURACY_METRIC, label,
                     seeded_model_fn(baseline.model_fn, seed))

@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Optional
 
 import tensorflow_federated as tff
+# TFF builds its task from datasets here; 0.87 does not export it.
+from tensorflow_federated.python.simulation.baselines.emnist import char_recognition_tasks
 
 from tasks.defaults import TaskDefaults
 from tasks.defaults import Tuned
@@ -24,12 +26,32 @@ DEFAULTS = TaskDefaults(
            'fedadagrad': Tuned(10**-1.5, 10**-1, 10**-2)})
 
 
+def invert_pixels(example):
+  """1 - pixels: background 0 and ink 1, as FedJAX's EMNIST preprocessing
+  (`fedjax/datasets/emnist.py`, `preprocess_batch`) feeds the FATHOM authors'
+  model. TFF keeps the stored values (background 1.0)."""
+  inverted = dict(example)
+  inverted['pixels'] = 1.0 - example['pixels']
+  return inverted
+
+
 def create(train_spec: tff.simulation.baselines.ClientSpec,
            eval_spec: tff.simulation.baselines.ClientSpec,
            cache_dir: Optional[str],
-           seed: Optional[int]) -> tff.simulation.baselines.BaselineTask:
+           seed: Optional[int],
+           invert: bool = False) -> tff.simulation.baselines.BaselineTask:
+  """TFF's EMNIST task; with `invert`, its raw client data are inverted
+  before TFF's own preprocessing, for train and test alike."""
   # `debug_seed` fixes the CNN's initial weights and the client shuffle order,
   # which is what makes a resumed run equal an uninterrupted one.
-  return tff.simulation.baselines.emnist.create_character_recognition_task(
-      train_spec, eval_spec, model_id='cnn_dropout', only_digits=False,
-      cache_dir=cache_dir, debug_seed=seed)
+  baselines = tff.simulation.baselines.emnist
+  if not invert:
+    return baselines.create_character_recognition_task(
+        train_spec, eval_spec, model_id='cnn_dropout', only_digits=False,
+        cache_dir=cache_dir, debug_seed=seed)
+  train, test = tff.simulation.datasets.emnist.load_data(
+      only_digits=False, cache_dir=cache_dir)
+  inverted = lambda ds: ds.map(invert_pixels)
+  return char_recognition_tasks.create_character_recognition_task_from_datasets(
+      train_spec, eval_spec, 'cnn_dropout', False,
+      train.preprocess(inverted), test.preprocess(inverted), seed)

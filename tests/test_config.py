@@ -33,10 +33,20 @@ def test_task_defaults_fill_unset_fields(tmp_path):
     ('max_examples_per_client', 0), ('server_momentum', 1.0),
     ('task', 'cifar'), ('algorithm', 'fedprox'),
     ('server_optimizer', 'lamb'), ('experiment_name', '../escape'),
+    ('seed', -1), ('fathom_step_rounding', 'round'),
+    ('early_stop_accuracy', 1.5), ('early_stop_accuracy', 0.0),
+    ('early_stop_evals', -1),
 ])
 def test_bad_value_names_its_flag(tmp_path, field, value):
   with pytest.raises(config_lib.ConfigError, match=f'^--{field}: expected'):
     _resolve(tmp_path, **{field: value})
+
+
+def test_inverted_pixels_only_for_emnist(tmp_path):
+  assert _resolve(tmp_path, emnist_invert_pixels=True).emnist_invert_pixels
+  with pytest.raises(config_lib.ConfigError,
+                     match='^--emnist_invert_pixels: expected only with'):
+    _resolve(tmp_path, task='shakespeare', emnist_invert_pixels=True)
 
 
 @pytest.mark.parametrize('field, value', [

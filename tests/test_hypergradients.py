@@ -16,14 +16,6 @@ def _t(*arrays):
   return tuple(tf.constant(a, tf.float32) for a in arrays)
 
 
-def test_cosine_matches_numpy_and_is_zero_without_direction():
-  a, b = np.array([1.0, 2.0, -1.0]), np.array([0.5, -1.0, 3.0])
-  want = a @ b / np.linalg.norm(a) / np.linalg.norm(b)
-  got = hg.cosine(_t(a[:2], a[2:]), _t(b[:2], b[2:]))
-  assert float(got) == pytest.approx(want, rel=1e-6)
-  assert float(hg.cosine(_t([0.0, 0.0]), _t([1.0, 2.0]))) == 0.0
-
-
 def test_aligned_updates_raise_the_learning_rate_and_opposed_lower_it():
   delta = _t([1.0, 2.0])
   h_aligned = hg.fathom_h(delta, _t([2.0, 4.1]))
@@ -65,16 +57,22 @@ def test_smoothing_is_a_single_pole_filter():
   np.testing.assert_allclose(sm[0].numpy(), [0.375, 2.0])
 
 
-@pytest.mark.parametrize('nu, epochs, batch, steps', [
-    (100, 1.0, 20, 5), (99, 1.0, 20, 4), (10, 1.0, 64, 1), (10, 2.5, 4, 6),
-    (0, 1.0, 20, 1)])
-def test_local_steps_floor_at_least_one(nu, epochs, batch, steps):
-  assert int(hg.local_steps(tf.constant(nu, tf.int64), tf.constant(epochs),
-                            tf.constant(batch, tf.int64))) == steps
+@pytest.mark.parametrize('nu, epochs, batch, floor_steps, ceil_steps', [
+    (100, 1.0, 20, 5, 5), (99, 1.0, 20, 4, 5), (10, 1.0, 64, 1, 1),
+    (10, 2.5, 4, 6, 7), (0, 1.0, 20, 1, 1)])
+def test_local_steps_floor_or_ceil_at_least_one(nu, epochs, batch,
+                                                floor_steps, ceil_steps):
+  args = (tf.constant(nu, tf.int64), tf.constant(epochs),
+          tf.constant(batch, tf.int64))
+  assert int(hg.local_steps(*args)) == floor_steps
+  assert int(hg.local_steps(*args, rounding='ceil')) == ceil_steps
+  with pytest.raises(ValueError, match='rounding'):
+    hg.local_steps(*args, rounding='round')
 
 
-@pytest.mark.parametrize('b, want', [(0.2, 1), (1.49, 1), (2.5, 2), (19.6, 20)])
-def test_effective_batch_size_rounds_and_is_positive(b, want):
+@pytest.mark.parametrize('b, want', [(0.2, 1), (1.49, 1), (2.5, 3), (3.5, 4),
+                                     (19.6, 20)])
+def test_effective_batch_size_rounds_half_up_and_is_positive(b, want):
   assert int(hg.effective_batch_size(tf.constant(b))) == want
 
 

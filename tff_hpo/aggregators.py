@@ -8,7 +8,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_hpo import extrapolation
-from tff_hpo import hypergradients
+from tff_hpo import tree_math
 
 
 class FedExPMeanFactory(tff.aggregators.UnweightedAggregationFactory):
@@ -30,12 +30,12 @@ class FedExPMeanFactory(tff.aggregators.UnweightedAggregationFactory):
 
     @tff.tensorflow.computation(value_type)
     def squared_norm(update):
-      norm = hypergradients.norm(update)
+      norm = tree_math.norm(update)
       return norm * norm
 
     @tff.tensorflow.computation(value_type, tf.float32)
     def extrapolate(mean_update, mean_squared_norm):
-      mean_norm = hypergradients.norm(mean_update)
+      mean_norm = tree_math.norm(mean_update)
       step = extrapolation.fedexp_server_step(
           mean_squared_norm, mean_norm * mean_norm, epsilon)
       scaled = tf.nest.map_structure(lambda t: step * t, mean_update)

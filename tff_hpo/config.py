@@ -19,6 +19,7 @@ FEDOPT = {'fedavg': 'sgd', 'fedavgm': 'sgdm', 'fedadam': 'adam',
 FEDHYPER = ('fedhyper_g', 'fedhyper_sl', 'fedhyper_cl', 'fedhyper_g_cl')
 STATEFUL_CLIENTS = ('scaffold', 'scaffold_exp', 'adabest')
 ALGORITHMS = (*FEDOPT, 'fathom', 'fedexp', *FEDHYPER, *STATEFUL_CLIENTS)
+STEP_ROUNDINGS = ('floor', 'ceil')
 
 
 class ConfigError(ValueError):
@@ -52,6 +53,13 @@ class ExperimentConfig:
   eval_clients: int = 0  # 0: every test client.
   cache_dir: str = '.cache/tff'
   offline_data_dir: str = '../shared/datasets'  # '' -> TFF downloads.
+  # EMNIST: feed 1 - pixels (background 0), as the FATHOM authors' FedJAX
+  # pipeline; TFF's task keeps background 1.0.
+  emnist_invert_pixels: bool = False
+  # Stop once eval accuracy has reached this and `early_stop_evals` further
+  # evaluations are recorded (None: train to total_rounds).
+  early_stop_accuracy: Optional[float] = None
+  early_stop_evals: int = 3
   # FATHOM (Algorithm 1's inputs; bounds of the authors' released code).
   fathom_gamma_learning_rate: float = 0.01
   fathom_gamma_epochs: float = 0.01
@@ -64,6 +72,9 @@ class ExperimentConfig:
   fathom_min_batch_size: float = 1.0
   fathom_max_batch_size: float = 5096.0
   fathom_g_includes_learning_rate: bool = True
+  # K_i = floor(nu_i E / B) as the paper writes it, or ceil as the authors'
+  # code computes it.
+  fathom_step_rounding: str = 'floor'
   # FedExP (the paper's tuned EMNIST value, with client lr 10^-0.5).
   fedexp_epsilon: float = 0.1
   # FATHOM's client adaptation with another method's server step.
@@ -139,6 +150,18 @@ def resolve(config: ExperimentConfig, task_names: tuple[str, ...],
     value = getattr(config, flag)
     _require(isinstance(value, int) and value > 0, flag, 'a positive integer',
              value)
+  _require(isinstance(config.seed, int) and config.seed >= 0, 'seed',
+           'a non-negative integer', config.seed)
+  _require(not config.emnist_invert_pixels or config.task == 'emnist_cr',
+           'emnist_invert_pixels', 'only with --task=emnist_cr', config.task)
+  _require(config.fathom_step_rounding in STEP_ROUNDINGS,
+           'fathom_step_rounding', f'one of {STEP_ROUNDINGS}',
+           config.fathom_step_rounding)
+  _require(config.early_stop_accuracy is None or
+           0 < config.early_stop_accuracy <= 1, 'early_stop_accuracy',
+           'an accuracy in (0, 1] (or unset)', config.early_stop_accuracy)
+  _require(config.early_stop_evals >= 0, 'early_stop_evals',
+           'a non-negative integer', config.early_stop_evals)
   for flag in ('client_learning_rate', 'server_learning_rate'):
     value = getattr(config, flag)
     _require(value > 0 and value < float('inf'), flag,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import csv
 import dataclasses
 import json
 import os
@@ -25,14 +26,42 @@ import tensorflow as tf
 
 from tff_hpo import client_states
 from tff_hpo import config as config_lib
+from tff_hpo import run_lock
 
 CHECKPOINT_DIR = 'checkpoints'
 CLIENT_STATES_DIR = 'client_states'  # <round>.npz beside each checkpoint.
 METRICS_CSV = 'metrics.csv'
 CONFIG_JSON = 'config.json'
+STATUS_JSON = 'status.json'  # Written when a run ends: budget or early stop.
 # Settings a resumed run may change: they do not alter the trajectory.
 _RESUMABLE_CHANGES = {'total_rounds', 'rounds_per_eval', 'rounds_per_checkpoint',
-                      'cache_dir', 'offline_data_dir', 'output_root'}
+                      'cache_dir', 'offline_data_dir', 'output_root',
+                      'early_stop_accuracy', 'early_stop_evals'}
+
+
+class EarlyStop:
+  """Done once eval accuracy has reached `target` and `evals_after` further
+  evaluations (whatever their accuracy) are recorded; never without a
+  target."""
+
+  def __init__(self, target: Optional[float], evals_after: int):
+    self.target, self.evals_after = target, evals_after
+    self.evals_since_hit = -1  # -1: not reached yet.
+
+  def observe(self, accuracy: float) -> None:
+    if self.evals_since_hit >= 0:
+      self.evals_since_hit += 1
+    elif self.target is not None and accuracy >= self.target:
+      self.evals_since_hit = 0
+
+  def replay(self, accuracies: list[float]) -> None:
+    for accuracy in accuracies:
+      self.observe(accuracy)
+
+  @property
+  def done(self) -> bool:
+    return (self.target is not None and
+            self.evals_since_hit >= self.evals_after)
 
 
 @dataclasses.dataclass
@@ -82,7 +111,8 @@ class Experiment:
         max_examples=config.max_examples_per_client,
         cache_dir=config.cache_dir, offline_data_dir=config.offline_data_dir,
         seed=config.seed,
-        per_example=config.algorithm in algorithms.PER_EXAMPLE_DATA)
+        per_example=config.algorithm in algorithms.PER_EXAMPLE_DATA,
+        invert_pixels=config.emnist_invert_pixels)
     data = self.task.baseline.datasets
     if config.algorithm in algorithms.PER_EXAMPLE_DATA:
       train = data.train_data.preprocess(
@@ -236,7 +266,12 @@ class Experiment:
     print(text, file=self._out, flush=True)
 
   def run(self, on_round: Optional[Callable[[int, dict], None]] = None):
-    """Trains to `total_rounds` (resuming if possible); returns final state."""
+    """Trains to `total_rounds` (resuming if possible), or until the early
+    stop; returns the final state. Holds the run directory's lock."""
+    with run_lock.hold(self.config.run_dir):
+      return self._run(on_round)
+
+  def _run(self, on_round):
     import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
 
     cfg = self.config
@@ -258,7 +293,11 @@ class Experiment:
     self._log(f'{cfg.task} / {cfg.algorithm} on {self.task.dataset_label}; '
               f'run dir {cfg.run_dir}; '
               + (f'resuming after round {start}' if start else 'new run'))
-    for round_num in range(start + 1, cfg.total_rounds + 1):
+    stop = EarlyStop(cfg.early_stop_accuracy, cfg.early_stop_evals)
+    stop.replay(self._released_evaluations(start))
+    round_num = start
+    while round_num < cfg.total_rounds and not stop.done:
+      round_num += 1
       clients = self._sample(round_num, cfg.clients_per_round)
       evaluate = (round_num % cfg.rounds_per_eval == 0 or
                   round_num == cfg.total_rounds)
@@ -272,18 +311,45 @@ class Experiment:
                                     seconds, round_num, len(clients))
       if evaluate:
         metrics.update(self.evaluate(state, previous))
+        stop.observe(metrics['eval/accuracy'])
       _run(_release_all(releases, metrics, round_num))
       self._log(self._progress_line(round_num, metrics))
       if on_round:
         on_round(round_num, metrics)
       if (round_num % cfg.rounds_per_checkpoint == 0 or
-          round_num == cfg.total_rounds):
+          round_num == cfg.total_rounds or stop.done):
         self._save_client_states(round_num)
         _run(state_manager.save(
             [state, round_num, counters.examples, counters.local_steps],
             round_num))
         self._prune_client_states(state_manager)
+    if stop.done:
+      self._log(f'stopped early after round {round_num}: eval accuracy '
+                f'reached {cfg.early_stop_accuracy} and '
+                f'{cfg.early_stop_evals} further evaluations are recorded')
+    self._write_status(round_num, stop.done)
     return state
+
+  def _released_evaluations(self, last_round: int) -> list[float]:
+    """Eval accuracies already in metrics.csv up to `last_round`."""
+    path = os.path.join(self.config.run_dir, METRICS_CSV)
+    if not last_round or not os.path.exists(path):
+      return []
+    with open(path) as f:
+      rows = [r for r in csv.DictReader(f)
+              if int(r['round']) <= last_round and r.get('eval/accuracy')]
+    return [float(r['eval/accuracy'])
+            for r in sorted(rows, key=lambda r: int(r['round']))]
+
+  def _write_status(self, last_round: int, stopped_early: bool) -> None:
+    status = {'last_round': last_round, 'stopped_early': stopped_early,
+              'total_rounds': self.config.total_rounds,
+              'early_stop_accuracy': self.config.early_stop_accuracy,
+              'early_stop_evals': self.config.early_stop_evals}
+    path = os.path.join(self.config.run_dir, STATUS_JSON)
+    with open(path + '.tmp', 'w') as f:
+      json.dump(status, f, indent=1)
+    os.replace(path + '.tmp', path)
 
   def _client_states_path(self, round_num: int) -> str:
     return os.path.join(self.config.run_dir, CLIENT_STATES_DIR,

@@ -13,36 +13,13 @@ from typing import Any
 
 import tensorflow as tf
 
-_TINY = 1e-12
-
-
-def dot(a: Any, b: Any) -> tf.Tensor:
-  """Inner product of two same-shaped structures of tensors, as float32."""
-  return tf.add_n([tf.reduce_sum(tf.cast(x, tf.float32) * tf.cast(y, tf.float32))
-                   for x, y in zip(tf.nest.flatten(a), tf.nest.flatten(b))])
-
-
-def norm(a: Any) -> tf.Tensor:
-  return tf.sqrt(dot(a, a))
-
-
-def all_finite(a: Any) -> tf.Tensor:
-  """True when every entry of every tensor in the structure is finite."""
-  return tf.reduce_all([tf.reduce_all(tf.math.is_finite(t))
-                        for t in tf.nest.flatten(a)])
-
-
-def cosine(a: Any, b: Any) -> tf.Tensor:
-  """cos(a, b); 0 when either side is zero (no direction, no signal)."""
-  na, nb = norm(a), norm(b)
-  return tf.where(na * nb > _TINY, dot(a, b) / tf.maximum(na * nb, _TINY), 0.0)
-
+from tff_hpo import tree_math
 
 def fathom_h(delta: Any, delta_sm_prev: Any) -> tf.Tensor:
   """H_t = N_t = -cos(Delta_t, Delta_sm,t-1): Algorithm 1's form of eq. (5)
   and (9), the smoothed previous update of Section 3.3.5 standing in for
   Delta_t-1. Zero in round 1, where Delta_sm is zero."""
-  return -cosine(delta, delta_sm_prev)
+  return -tree_math.cosine(delta, delta_sm_prev)
 
 
 def fathom_g(phi_mean: tf.Tensor, client_learning_rate: tf.Tensor,
@@ -79,14 +56,23 @@ def smooth(delta_sm_prev: Any, delta: Any, alpha: float) -> Any:
 
 
 def effective_batch_size(batch: tf.Tensor) -> tf.Tensor:
-  """The float B of the server state as a usable batch size: round, >= 1."""
-  return tf.maximum(tf.cast(tf.round(batch), tf.int64), 1)
+  """The float B of the server state as a usable batch size: rounded half
+  up, as the authors' code does (`int(bs + 0.5)`; the paper does not say),
+  and at least 1."""
+  return tf.maximum(tf.cast(tf.floor(batch + 0.5), tf.int64), 1)
 
 
 def local_steps(num_examples: tf.Tensor, epochs: tf.Tensor,
-                batch_size: tf.Tensor) -> tf.Tensor:
-  """K_i = floor(nu_i E / B) (Section 3.2 and Algorithm 1), at least 1."""
-  k = tf.floor(tf.cast(num_examples, tf.float32) * epochs /
+                batch_size: tf.Tensor, rounding: str = 'floor') -> tf.Tensor:
+  """K_i = floor(nu_i E / B) (Section 3.2 and Algorithm 1), at least 1.
+
+  `rounding='ceil'` gives the authors' code's ceil(nu_i E / B), which takes
+  the partial last batch of an epoch as a step.
+  """
+  if rounding not in ('floor', 'ceil'):
+    raise ValueError(f'rounding: expected floor or ceil, got {rounding!r}')
+  round_fn = tf.math.ceil if rounding == 'ceil' else tf.floor
+  k = round_fn(tf.cast(num_examples, tf.float32) * epochs /
                tf.cast(batch_size, tf.float32))
   return tf.maximum(tf.cast(k, tf.int64), 1)
 
@@ -126,6 +112,6 @@ def fedhyper_cl_step(lr: tf.Tensor, grads: Any, previous_grads: Any,
   the last global step) and K the client's number of local steps. Eq. (20)
   rather than Appendix C's line 7, which keeps only the sign of g . Delta.
   """
-  hypergradient = dot(grads, previous_grads) + dot(
+  hypergradient = tree_math.dot(grads, previous_grads) + tree_math.dot(
       grads, previous_update) / tf.cast(num_steps, tf.float32)
   return tf.clip_by_value(lr + hyper_lr * hypergradient, low, high)

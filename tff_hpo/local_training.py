@@ -2,7 +2,7 @@
 
 FATHOM broadcasts the batch size B and epochs E as server state, so a client
 cannot receive pre-batched data: it gets its examples one by one, batches them
-with the broadcast B, and takes K_i = floor(nu_i E / B) steps, repeating its
+with the broadcast B, and takes K_i = floor(nu_i E / B) steps (or ceil), repeating its
 data when E > 1. The loop also tracks phi_i of eq. (12) for FATHOM, and can
 adapt its learning rate at every step by FedHyper-CL's rule (`CLSchedule`).
 """
@@ -16,6 +16,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_hpo import hypergradients
+from tff_hpo import tree_math
 
 ClientOutput = collections.namedtuple(
     'ClientOutput', ['delta', 'phi', 'num_examples', 'local_steps',
@@ -43,7 +44,8 @@ def train_locally(model: tff.learning.models.VariableModel,
                   batch: tf.Tensor, shuffle: bool,
                   schedule: Optional[CLSchedule] = None,
                   gradient_correction: Any = None,
-                  clip_norm: Optional[float] = None) -> ClientOutput:
+                  clip_norm: Optional[float] = None,
+                  step_rounding: str = 'floor') -> ClientOutput:
   """Runs K_i SGD steps from `initial_weights` on the unbatched `dataset`.
 
   phi_i = min over steps k of cos(sum_{j<=k} g_j, g_k): eq. (12)'s normalized
@@ -59,16 +61,18 @@ def train_locally(model: tff.learning.models.VariableModel,
   `gradient_correction` (trainable-shaped) is added to every gradient: the
   drift corrections of SCAFFOLD (c - c_i) and AdaBest (-h_i). With
   `clip_norm`, the raw gradient is first clipped to that global L2 norm.
+  `step_rounding` rounds nu_i E / B down (the paper) or up (the authors' code).
   Everything runs in one `tf.function`, whose automatic control dependencies
   order the variable updates before the reads (TFF traces in graph mode).
   """
   return tf.function(_train)(model, initial_weights, dataset, learning_rate,
                              epochs, batch, shuffle, schedule,
-                             gradient_correction, clip_norm)
+                             gradient_correction, clip_norm, step_rounding)
 
 
 def _train(model, initial_weights, dataset, learning_rate, epochs, batch,
-           shuffle, schedule, gradient_correction, clip_norm) -> ClientOutput:
+           shuffle, schedule, gradient_correction, clip_norm,
+           step_rounding) -> ClientOutput:
   weights = tff.learning.models.ModelWeights.from_model(model)
   for v, t in zip(tf.nest.flatten(weights), tf.nest.flatten(initial_weights)):
     v.assign(t)
@@ -77,7 +81,8 @@ def _train(model, initial_weights, dataset, learning_rate, epochs, batch,
   dataset = dataset.cache()  # Counting must not read and parse twice.
   num_examples = count_examples(dataset)
   batch_size = hypergradients.effective_batch_size(batch)
-  steps = hypergradients.local_steps(num_examples, epochs, batch_size)
+  steps = hypergradients.local_steps(num_examples, epochs, batch_size,
+                                     step_rounding)
   data = dataset
   if shuffle:
     data = data.shuffle(tf.maximum(num_examples, 1),
@@ -92,18 +97,25 @@ def _train(model, initial_weights, dataset, learning_rate, epochs, batch,
     if clip_norm is not None:
       grads = tuple(tf.clip_by_global_norm(grads, clip_norm)[0])
     if gradient_correction is not None:
-      grads = tuple(g + c for g, c in zip(grads, gradient_correction))
-    grad_sum = tuple(s + g for s, g in zip(grad_sum, grads))
-    phi = tf.minimum(phi, hypergradients.cosine(grad_sum, grads))
+      grads = tuple(tree_math.add_to(c, g)
+                    for g, c in zip(grads, gradient_correction))
+    # Embedding gradients stay IndexedSlices: only their rows are touched.
+    grad_sum = tuple(tree_math.add_to(s, g) for s, g in zip(grad_sum, grads))
+    phi = tf.minimum(phi, tree_math.cosine(grad_sum, grads))
     if schedule is not None:
       lr = tf.where(k > 0, hypergradients.fedhyper_cl_step(
           lr, grads, previous_grads, schedule.previous_update, steps,
           schedule.hyper_lr, schedule.low, schedule.high), lr)
     for v, g in zip(trainable, grads):
-      v.assign_sub(lr * g)
+      if isinstance(g, tf.IndexedSlices):
+        v.scatter_sub(tree_math.scale(lr, g))
+      else:
+        v.assign_sub(lr * g)
+    if schedule is not None:
+      # The loop carry needs fixed shapes; CL keeps the last gradient dense.
+      previous_grads = tuple(tree_math.to_dense(g) for g in grads)
     return (grad_sum, phi, processed + tf.cast(output.num_examples, tf.int64),
-            lr, lr_sum + lr, grads if schedule is not None else previous_grads,
-            k + 1)
+            lr, lr_sum + lr, previous_grads, k + 1)
 
   zeros = tuple(tf.zeros_like(v) for v in trainable)
   learning_rate = tf.cast(learning_rate, tf.float32)
@@ -113,7 +125,7 @@ def _train(model, initial_weights, dataset, learning_rate, epochs, batch,
   _, phi, processed, _, lr_sum, _, taken = data.reduce(initial, step)
 
   delta = tuple(v - w0 for v, w0 in zip(trainable, initial_weights.trainable))
-  finite = hypergradients.all_finite(delta)
+  finite = tree_math.all_finite(delta)
   delta = tuple(tf.where(finite, d, tf.zeros_like(d)) for d in delta)
   return ClientOutput(delta=delta, phi=tf.where(finite, phi, 0.0),
                       num_examples=num_examples, local_steps=steps,

@@ -2,6 +2,7 @@
 
   python -m tff_hpo.report --runs=results/x/run_a,results/x/run_b \
       --out=results/x/comparison.png [--target=0.7]
+  python -m tff_hpo.report --table1=results/table1   # see tff_hpo/table1.py
 
 Only stable metric names are used (`eval/accuracy`, `hparams/...`,
 `cost/examples_cumulative`, `cost/bytes_*_cumulative`), so any algorithm's
@@ -119,12 +120,25 @@ def plot(run_dirs: Sequence[str], out_path: str) -> None:
 
 def main(argv: Sequence[str]) -> int:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument('--runs', required=True,
-                      help='comma-separated run directories')
-  parser.add_argument('--out', required=True, help='PNG path')
+  parser.add_argument('--runs', help='comma-separated run directories')
+  parser.add_argument('--out', help='PNG path')
+  parser.add_argument('--table1', help='a sweep\'s output root: writes its '
+                      'README.md (Table 1, runs, figures)')
   parser.add_argument('--target', type=float, default=0.7,
                       help='test accuracy target for the summary table')
   args = parser.parse_args(argv)
+  if args.table1:
+    from tff_hpo import table1  # pylint: disable=g-import-not-at-top
+    try:
+      print(table1.write(args.table1))
+    except FileNotFoundError as e:
+      print(f'error: --table1: {e}', file=sys.stderr)
+      return 2
+    return 0
+  if not (args.runs and args.out):
+    print('error: --runs and --out: expected both (or --table1)',
+          file=sys.stderr)
+    return 2
   runs = args.runs.split(',')
   try:
     table = summary(runs, args.target)

@@ -16,6 +16,7 @@ import tensorflow as tf
 
 from tff_hpo import extrapolation
 from tff_hpo import hypergradients
+from tff_hpo import tree_math
 
 
 class ServerStep:
@@ -52,7 +53,7 @@ class FedExPStep(ServerStep):
 
   def next(self, state, mean_update, previous_update, mean_squared_norm):
     del previous_update
-    mean_norm = hypergradients.norm(mean_update)
+    mean_norm = tree_math.norm(mean_update)
     step = extrapolation.fedexp_server_step(
         mean_squared_norm, mean_norm * mean_norm, self._epsilon)
     return step, state, collections.OrderedDict(
@@ -80,7 +81,7 @@ class FedHyperGStep(ServerStep):
 
   def next(self, state, mean_update, previous_update, mean_squared_norm):
     del mean_squared_norm
-    hypergradient = hypergradients.dot(mean_update, previous_update)
+    hypergradient = tree_math.dot(mean_update, previous_update)
     alpha = hypergradients.fedhyper_rate_step(
         state['alpha'], hypergradient, self._hyper_lr, self._low, self._high)
     return alpha, collections.OrderedDict(alpha=alpha), collections.OrderedDict(

@@ -15,9 +15,10 @@ def _cos(a: np.ndarray, b: np.ndarray) -> float:
   return float(a @ b / (na * nb)) if na * nb > 1e-12 else 0.0
 
 
-def client(theta0, x, y, eta, epochs, batch):
-  b = max(1, int(np.round(batch)))
-  k = max(1, math.floor(len(x) * epochs / b))
+def client(theta0, x, y, eta, epochs, batch, step_rounding='floor'):
+  b = max(1, math.floor(batch + 0.5))
+  rounded = math.ceil if step_rounding == 'ceil' else math.floor
+  k = max(1, rounded(len(x) * epochs / b))
   batches = linear_model.batches(x, y, batch)
   theta, gsum, phi, processed = theta0.copy(), np.zeros_like(theta0), 1.0, 0
   for step in range(k):
@@ -32,7 +33,8 @@ def client(theta0, x, y, eta, epochs, batch):
 
 def run(data, rounds, *, eta, epochs, batch, gamma_eta, gamma_epochs,
         gamma_batch, alpha=0.5, bounds=((1e-6, 0.5), (1e-3, 10.0), (1.0, 5096.0)),
-        g_includes_learning_rate=True, fedexp_epsilon=None, fedhyper_g=None):
+        g_includes_learning_rate=True, fedexp_epsilon=None, fedhyper_g=None,
+        step_rounding='floor'):
   """Yields, per round, the state after the round and the round's phi_i.
 
   `fedexp_epsilon` scales the mean update by FedExP's eq. (9) with nu-weighted
@@ -43,7 +45,8 @@ def run(data, rounds, *, eta, epochs, batch, gamma_eta, gamma_epochs,
   previous = np.zeros_like(theta)
   server_alpha = fedhyper_g[0] if fedhyper_g else 1.0
   for _ in range(rounds):
-    outs = [client(theta, x, y, eta, epochs, batch) for x, y in data]
+    outs = [client(theta, x, y, eta, epochs, batch, step_rounding)
+            for x, y in data]
     nu = np.array([len(x) for x, _ in data], np.float64)
     p = nu / nu.sum()
     mean_delta = sum(pi * o[0] for pi, o in zip(p, outs))

@@ -107,7 +107,7 @@ def build(config: config_lib.ExperimentConfig,
         min_batch_size=config.fathom_min_batch_size,
         max_batch_size=config.fathom_max_batch_size,
         g_includes_learning_rate=config.fathom_g_includes_learning_rate,
-        clip_norm=clip),
+        step_rounding=config.fathom_step_rounding, clip_norm=clip),
         server, _fathom_server_step(config, server_steps))
   raise config_lib.ConfigError(f'--algorithm: unknown {config.algorithm!r}')
 

@@ -28,8 +28,8 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_hpo import control_variates
-from tff_hpo import hypergradients
 from tff_hpo import local_training
+from tff_hpo import tree_math
 from tff_hpo.algorithms import process_parts
 from tff_hpo.algorithms import stateful_clients
 
@@ -123,7 +123,7 @@ def build_adabest(
     weights = state['global_model_weights']
     trainable = tuple(weights.trainable)
     mean_delta = tuple(mean_delta)
-    ok = hypergradients.all_finite(mean_delta) & (participating > 0)
+    ok = tree_math.all_finite(mean_delta) & (participating > 0)
     average = tuple(w + d for w, d in zip(trainable, mean_delta))
     model, estimate = control_variates.adabest_server_step(
         tuple(state['previous_average']), average, beta)
@@ -139,11 +139,11 @@ def build_adabest(
             tf.logical_not(ok), tf.int32),
     )
     metrics = collections.OrderedDict(
-        server_estimate_norm=tf.where(ok, hypergradients.norm(estimate), 0.0),
+        server_estimate_norm=tf.where(ok, tree_math.norm(estimate), 0.0),
         # ||theta^t||: the paper's stability diagnostic (Section D.3).
-        model_norm=hypergradients.norm(
+        model_norm=tree_math.norm(
             new_state['global_model_weights'].trainable),
-        update_norm=tf.where(ok, hypergradients.norm(mean_delta), 0.0),
+        update_norm=tf.where(ok, tree_math.norm(mean_delta), 0.0),
         skipped_non_finite=new_state['skipped_non_finite'])
     return new_state, metrics
 

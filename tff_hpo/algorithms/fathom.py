@@ -45,6 +45,7 @@ import tensorflow_federated as tff
 from tff_hpo import hypergradients
 from tff_hpo import local_training
 from tff_hpo import server_steps
+from tff_hpo import tree_math
 from tff_hpo.algorithms import process_parts
 
 
@@ -65,6 +66,7 @@ class FathomConfig:
   min_batch_size: float = 1.0
   max_batch_size: float = 5096.0
   g_includes_learning_rate: bool = True
+  step_rounding: str = 'floor'  # K_i: 'floor' (the paper) or 'ceil'.
   shuffle: bool = True
   clip_norm: float | None = None  # Clip each local gradient to this norm.
 
@@ -81,6 +83,9 @@ class FathomConfig:
       if not getattr(self, name) > 0:
         raise ValueError(f'fathom {name}: expected > 0, got '
                          f'{getattr(self, name)}')
+    if self.step_rounding not in ('floor', 'ceil'):
+      raise ValueError('fathom step_rounding: expected floor or ceil, got '
+                       f'{self.step_rounding!r}')
     if not 0 <= self.alpha < 1:
       raise ValueError(f'fathom alpha: expected in [0, 1), got {self.alpha}')
 
@@ -151,7 +156,7 @@ def build_fathom(
     out = local_training.train_locally(
         client_model, payload['model'], dataset, hp['client_learning_rate'],
         hp['client_epochs'], hp['client_batch_size'], cfg.shuffle,
-        clip_norm=cfg.clip_norm)
+        clip_norm=cfg.clip_norm, step_rounding=cfg.step_rounding)
     weight = tf.where(out.non_finite > 0, 0.0,
                       tf.cast(out.num_examples, tf.float32))
     return collections.OrderedDict(
@@ -179,7 +184,7 @@ def build_fathom(
 
     h = hypergradients.fathom_h(mean_delta, delta_sm)
     g = hypergradients.fathom_g(mean_phi, eta, cfg.g_includes_learning_rate)
-    update_ok = hypergradients.all_finite(mean_delta)
+    update_ok = tree_math.all_finite(mean_delta)
     hyper_ok = update_ok & tf.math.is_finite(h) & tf.math.is_finite(g)
 
     step, step_fields, step_metrics = process_parts.apply_server_step(
@@ -217,7 +222,7 @@ def build_fathom(
         h=new_state['last_hypergradients']['h'],
         g=new_state['last_hypergradients']['g'],
         mean_phi=mean_phi,
-        update_norm=tf.where(update_ok, hypergradients.norm(mean_delta), 0.0),
+        update_norm=tf.where(update_ok, tree_math.norm(mean_delta), 0.0),
         skipped_non_finite=new_state['skipped_non_finite'],
         **step_metrics)
     return new_state, metrics

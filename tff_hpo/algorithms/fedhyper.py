@@ -39,6 +39,7 @@ import tensorflow_federated as tff
 from tff_hpo import hypergradients
 from tff_hpo import local_training
 from tff_hpo import server_steps
+from tff_hpo import tree_math
 from tff_hpo.algorithms import process_parts
 
 VARIANTS = {'fedhyper_g': ('g',), 'fedhyper_sl': ('sl',),
@@ -175,8 +176,8 @@ def build_fedhyper(
     mean_delta = tuple(mean_delta)
     pseudo_gradient = tuple(-d for d in mean_delta)
     previous = tuple(state['previous_update'])
-    hypergradient = hypergradients.dot(pseudo_gradient, previous)
-    ok = hypergradients.all_finite(mean_delta) & tf.math.is_finite(
+    hypergradient = tree_math.dot(pseudo_gradient, previous)
+    ok = tree_math.all_finite(mean_delta) & tf.math.is_finite(
         hypergradient)
 
     if cfg.global_schedule:
@@ -206,7 +207,7 @@ def build_fedhyper(
     metrics = collections.OrderedDict(
         server_learning_rate=alpha, client_learning_rate=beta,
         hypergradient=tf.where(ok, hypergradient, 0.0),
-        update_norm=tf.where(ok, hypergradients.norm(mean_delta), 0.0),
+        update_norm=tf.where(ok, tree_math.norm(mean_delta), 0.0),
         skipped_non_finite=new_state['skipped_non_finite'])
     return new_state, metrics
 

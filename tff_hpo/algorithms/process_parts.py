@@ -16,8 +16,8 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_hpo import communication
-from tff_hpo import hypergradients
 from tff_hpo import server_steps
+from tff_hpo import tree_math
 
 
 class ModelTypes(NamedTuple):
@@ -111,7 +111,7 @@ def client_squared_norm(rule: server_steps.ServerStep, delta: Any
                         ) -> tf.Tensor:
   """||Delta_i||^2 if the rule uses it, else 0 without the work."""
   if rule.needs_client_squared_norms:
-    return tf.square(hypergradients.norm(delta))
+    return tf.square(tree_math.norm(delta))
   return tf.constant(0.0)
 
 

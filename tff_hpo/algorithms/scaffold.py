@@ -23,9 +23,9 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_hpo import control_variates
-from tff_hpo import hypergradients
 from tff_hpo import local_training
 from tff_hpo import server_steps
+from tff_hpo import tree_math
 from tff_hpo.algorithms import process_parts
 from tff_hpo.algorithms import stateful_clients
 
@@ -131,7 +131,7 @@ def build_scaffold(
     weights = state['global_model_weights']
     trainable = tuple(weights.trainable)
     mean_delta = tuple(mean_delta)
-    ok = hypergradients.all_finite(mean_delta) & (participating > 0)
+    ok = tree_math.all_finite(mean_delta) & (participating > 0)
     step, step_fields, step_metrics = process_parts.apply_server_step(
         server_step, state, mean_delta, mean_squared_norm)
     opt_state, new_trainable = server_optimizer.next(
@@ -156,8 +156,8 @@ def build_scaffold(
         server_step, state)))
     metrics = collections.OrderedDict(
         server_step=step,
-        control_norm=hypergradients.norm(new_state['control']),
-        update_norm=tf.where(ok, hypergradients.norm(mean_delta), 0.0),
+        control_norm=tree_math.norm(new_state['control']),
+        update_norm=tf.where(ok, tree_math.norm(mean_delta), 0.0),
         skipped_non_finite=new_state['skipped_non_finite'])
     metrics.update(step_metrics)
     return new_state, metrics

@@ -1,0 +1,119 @@
+"""The sweep: which runs it starts, skips and reports, with a stand-in runner.
+
+The stand-in records its arguments and writes what the real runner writes at
+the end of a run (status.json), so these tests check the sweep's own logic
+in seconds; resuming a run is the runner's job (test_experiment.py).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import sys
+import textwrap
+
+import pytest
+
+from tff_hpo import sweep
+
+FAKE_RUNNER = textwrap.dedent('''
+    import json, os, sys
+    args = dict(a[2:].split('=', 1) for a in sys.argv[1:] if '=' in a)
+    run_dir = os.path.join(args['output_root'], args['experiment_name'])
+    os.makedirs(run_dir, exist_ok=True)
+    with open(os.path.join(args['output_root'], 'calls.txt'), 'a') as f:
+      f.write(args['experiment_name'] + '\\n')
+    if 'fail' in args['experiment_name']:
+      print('error: something broke'); sys.exit(1)
+    with open(os.path.join(run_dir, 'status.json'), 'w') as f:
+      json.dump({'last_round': 5, 'stopped_early': False,
+                 'total_rounds': 5}, f)
+''')
+
+
+def _flagfile(tmp_path, name, body=''):
+  path = tmp_path / 'flags' / f'{name}.cfg'
+  path.parent.mkdir(exist_ok=True)
+  path.write_text(f'--total_rounds=5\n{body}')
+  return str(path)
+
+
+def _status(run_dir, **status):
+  os.makedirs(run_dir, exist_ok=True)
+  with open(os.path.join(run_dir, 'status.json'), 'w') as f:
+    json.dump({'last_round': 5, 'stopped_early': False, 'total_rounds': 5,
+               **status}, f)
+
+
+def _sweep(tmp_path, runs, **kwargs):
+  fake = tmp_path / 'fake_runner.py'
+  fake.write_text(FAKE_RUNNER)
+  root = tmp_path / 'root'
+  return sweep.Sweep(runs, str(root), runner=[sys.executable, str(fake)],
+                     out=io.StringIO(), **kwargs), root
+
+
+def test_plan_puts_seeds_outside_and_names_runs(tmp_path):
+  a = _flagfile(tmp_path, 'a', '--experiment_name=row_a\n')
+  b = _flagfile(tmp_path, 'b')
+  runs = sweep.plan([a, b], [0, 1])
+  assert [r.name for r in runs] == ['row_a_s0', 'b_s0', 'row_a_s1', 'b_s1']
+  assert sweep.expand_flagfiles(str(tmp_path / 'flags' / '*.cfg')) == [a, b]
+  with pytest.raises(ValueError, match='--flagfiles: no file matches'):
+    sweep.expand_flagfiles(str(tmp_path / 'missing*.cfg'))
+
+
+@pytest.mark.parametrize('text', ['-1', '0,0', 'a', ''])
+def test_bad_seeds_are_refused(text):
+  with pytest.raises(ValueError, match='--seeds'):
+    sweep.parse_seeds(text)
+
+
+def test_skips_ended_runs_and_starts_the_others(tmp_path):
+  runs = sweep.plan([_flagfile(tmp_path, n) for n in ('done', 'early',
+                                                      'partial', 'new')], [0])
+  s, root = _sweep(tmp_path, runs, parallel=2)
+  _status(root / 'done_s0')
+  _status(root / 'early_s0', last_round=2, stopped_early=True)
+  _status(root / 'partial_s0', last_round=3)  # Budget not reached.
+  assert s.run() == 0
+  calls = sorted((root / 'calls.txt').read_text().split())
+  assert calls == ['new_s0', 'partial_s0']
+  assert s.results['done_s0'] == 'already ended'
+  assert s.results['new_s0'] == 'ended'
+  # A larger budget makes an ended run unfinished again, not an early stop.
+  assert not sweep.has_ended(str(root / 'done_s0'), total_rounds=10)
+  assert sweep.has_ended(str(root / 'early_s0'), total_rounds=10)
+
+
+def test_a_failed_run_is_reported_and_the_rest_go_on(tmp_path):
+  runs = sweep.plan([_flagfile(tmp_path, n) for n in ('fail', 'fine')], [0, 1])
+  s, root = _sweep(tmp_path, runs, parallel=1)
+  assert s.run() == 1
+  assert s.results['fine_s1'] == 'ended'
+  assert s.results['fail_s0'].startswith('failed (exit 1): error: something')
+  assert 'error: something broke' in (root / 'logs' / 'fail_s0.log').read_text()
+
+
+def test_command_passes_seed_name_budget_and_early_stop(tmp_path):
+  run = sweep.Run('f.cfg', 2, 'row_s2')
+  s = sweep.Sweep([run], '/out', 1, ['--early_stop_accuracy=0.8'], 600)
+  cmd = s.command(run)
+  assert cmd[2:] == ['--flagfile=f.cfg', '--seed=2', '--output_root=/out',
+                     '--experiment_name=row_s2', '--early_stop_accuracy=0.8',
+                     '--total_rounds=600']
+
+
+def test_main_refuses_bad_input_with_one_line(tmp_path, capsys):
+  assert sweep.main(['--flagfiles=nothing*.cfg', '--output_root=x']) == 2
+  assert capsys.readouterr().err.startswith('error: --flagfiles')
+  f = _flagfile(tmp_path, 'a')
+  assert sweep.main([f'--flagfiles={f}', '--seeds=-1',
+                     '--output_root=x']) == 2
+  assert sweep.main([f'--flagfiles={f}', '--parallel=0',
+                     '--output_root=x']) == 2
+
+
+if __name__ == '__main__':  # Lets Bazel's py_test run the file.
+  sys.exit(pytest.main([__file__, '-q']))

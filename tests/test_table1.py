@@ -1,0 +1,127 @@
+"""Table 1 from hand-made run directories: costs to target, mean ± std over
+seeds, which runs count, and the written README."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+
+import pandas as pd
+import pytest
+
+from tff_hpo import table1
+
+
+def _run(root, name, accuracies, *, algorithm, seed, task='emnist_cr',
+         ended=True, budget=None):
+  """One run: eval every round, 100 examples, 5 steps, 2 s per round."""
+  run = root / name
+  run.mkdir(parents=True)
+  rows = [{'round': i, 'eval/accuracy': acc, 'time/round_seconds': 2.0,
+           'cost/examples_cumulative': 100 * i,
+           'cost/local_steps_cumulative': 5 * i,
+           'hparams/client_learning_rate': 0.1,
+           'hparams/client_epochs': 1.0, 'hparams/client_batch_size': 20.0}
+          for i, acc in enumerate(accuracies, start=1)]
+  pd.DataFrame(rows).to_csv(run / 'metrics.csv', index=False)
+  budget = budget or len(accuracies)
+  (run / 'config.json').write_text(json.dumps(
+      {'algorithm': algorithm, 'seed': seed, 'task': task,
+       'total_rounds': budget}))
+  (run / 'dataset.txt').write_text('hand-made\n')
+  if ended:
+    (run / 'status.json').write_text(json.dumps(
+        {'last_round': len(accuracies), 'stopped_early': False,
+         'total_rounds': budget}))
+  return run
+
+
+def _frame(accuracies):
+  return pd.DataFrame({
+      'round': range(1, len(accuracies) + 1), 'eval/accuracy': accuracies,
+      'cost/examples_cumulative': [100 * i for i in range(1, 6)][:len(accuracies)],
+      'cost/local_steps_cumulative': [5 * i for i in range(1, 6)][:len(accuracies)],
+      'train_seconds': [2.0 * i for i in range(1, 6)][:len(accuracies)]})
+
+
+@pytest.mark.parametrize('accuracies, want_round', [
+    ([0.1, 0.5, 0.86, 0.9, 0.95], 3),          # Hit exactly at the target.
+    ([0.1, 0.5, 0.8, 0.85, 0.859], None),      # Never hit.
+    ([0.1, 0.87, 0.84, 0.83, 0.85], 2),        # Hit, then lost: first hit.
+    ([0.1, math.nan, 0.9, math.nan, 0.8], 3),  # Unevaluated rounds skipped.
+])
+def test_cost_to_target(accuracies, want_round):
+  cost = table1.cost_to_target(_frame(accuracies), 0.86)
+  if want_round is None:
+    assert cost is None
+  else:
+    assert cost == {'rounds': want_round, 'examples': 100 * want_round,
+                    'local_steps': 5 * want_round,
+                    'seconds': 2.0 * want_round}
+
+
+def test_mean_std_over_one_and_three_seeds(tmp_path):
+  one = [_run(tmp_path, 'x_fathom_s0', [0.5, 0.9], algorithm='fathom',
+              seed=0)]
+  three = [_run(tmp_path, f'y_fathom_s{s}', acc, algorithm='fathom', seed=s)
+           for s, acc in enumerate(([0.9], [0.5, 0.9], [0.5, 0.5, 0.5, 0.9]))]
+  runs = {r.name: r for r in table1.load_runs(str(tmp_path))}
+  single = table1.summarize([runs['x_fathom_s0']], 0.86)['rounds']
+  assert (single.mean, single.std, single.text()) == (2.0, None, '2 (1/1)')
+  stat = table1.summarize([runs[p.name] for p in three], 0.86)['rounds']
+  assert stat.mean == pytest.approx(7 / 3)
+  assert stat.std == pytest.approx(math.sqrt(((1 - 7/3)**2 + (2 - 7/3)**2 +
+                                              (4 - 7/3)**2) / 2))
+  assert stat.text() == '2 ± 2 (3/3)'
+
+
+def test_unreached_runs_count_once_ended_and_rows_pair_algorithms(tmp_path):
+  _run(tmp_path, 'authors_emnist_baseline_fathom_s0', [0.5, 0.9],
+       algorithm='fathom', seed=0)
+  _run(tmp_path, 'authors_emnist_baseline_fathom_s1', [0.5, 0.6],
+       algorithm='fathom', seed=1)                     # Ended, never hit.
+  _run(tmp_path, 'authors_emnist_baseline_fathom_s2', [0.5], budget=10,
+       algorithm='fathom', seed=2, ended=False)        # Still training.
+  _run(tmp_path, 'authors_emnist_baseline_fedavg_s0', [0.5, 0.6, 0.7, 0.9],
+       algorithm='fedavg', seed=0)
+  runs = table1.load_runs(str(tmp_path))
+  assert {r.row for r in runs} == {'authors_emnist_baseline'}
+  fathom = [r for r in runs if r.algorithm == 'fathom']
+  assert table1.summarize(fathom, 0.86)['rounds'].text() == '2 (1/2)'
+  assert table1.summarize(fathom, 0.95)['rounds'].text() == 'NA (0/2)'
+  table = table1.table_markdown(runs, table1.row_targets(runs))
+  line = next(l for l in table.splitlines() if '| 0.86 |' in l)
+  assert '| 2 (1/2) | 4 (1/1) | 0.50 |' in line
+
+
+def test_stack_overflow_target_is_a_fraction_of_fedavg_best(tmp_path):
+  for seed, best in enumerate((0.20, 0.30)):
+    _run(tmp_path, f'authors_stackoverflow_baseline_fedavg_s{seed}',
+         [0.1, best, 0.15], algorithm='fedavg', seed=seed,
+         task='stackoverflow_nwp')
+  _run(tmp_path, 'authors_stackoverflow_baseline_fathom_s0', [0.1, 0.3],
+       algorithm='fathom', seed=0, task='stackoverflow_nwp')
+  runs = table1.load_runs(str(tmp_path))
+  assert table1.row_targets(runs) == {
+      'authors_stackoverflow_baseline': [pytest.approx(0.9 * 0.25)]}
+
+
+def test_write_readme_with_notes_table_and_figures(tmp_path):
+  _run(tmp_path, 'authors_emnist_baseline_fathom_s0', [0.5, 0.9],
+       algorithm='fathom', seed=0)
+  _run(tmp_path, 'authors_emnist_baseline_fedavg_s0', [0.5, 0.85],
+       algorithm='fedavg', seed=0)
+  (tmp_path / 'NOTES.md').write_text('# Table 1, hand-made\n')
+  text = open(table1.write(str(tmp_path))).read()
+  assert text.startswith('# Table 1, hand-made')
+  assert '- emnist_cr: hand-made' in text
+  assert '| authors_emnist_baseline | 0.85 | 2 (1/1) | 2 (1/1) | 1.00 |' in text
+  assert (tmp_path / 'figures' / 'authors_emnist_baseline.png').stat(
+  ).st_size > 1000
+  with pytest.raises(FileNotFoundError):
+    table1.write(str(tmp_path / 'figures'))
+
+
+if __name__ == '__main__':  # Lets Bazel's py_test run the file.
+  sys.exit(pytest.main([__file__, '-q']))

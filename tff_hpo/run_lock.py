@@ -1,0 +1,71 @@
+"""One process per run directory.
+
+Two processes training into the same run directory would both append to its
+metrics and fight over its checkpoints. A run holds an exclusive `flock` on
+`<output_root>/.<experiment_name>.lock` (beside the run directory, so that a
+refused start creates nothing inside it). The kernel drops the lock when its
+holder dies, even by SIGKILL, so a lock left by a killed run never blocks a
+later one. Holding is reentrant within a process (the runner takes the lock
+before building anything; the experiment takes it again to train).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+from typing import Iterator
+
+from tff_hpo import config as config_lib
+
+# Lock path -> (open file, depth) for the locks this process holds.
+_HELD: dict[str, tuple[object, int]] = {}
+
+
+class RunDirectoryBusy(config_lib.ConfigError):
+  """Another live process trains into this run directory."""
+
+
+def lock_path(run_dir: str) -> str:
+  parent, name = os.path.split(os.path.abspath(run_dir))
+  return os.path.join(parent, f'.{name}.lock')
+
+
+def _acquire(path: str, run_dir: str):
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  f = open(path, 'a+')  # pylint: disable=consider-using-with
+  try:
+    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+  except BlockingIOError:
+    f.seek(0)
+    owner = f.read().strip() or 'unknown'
+    f.close()
+    raise RunDirectoryBusy(
+        f'--experiment_name: run directory {run_dir} is in use by pid '
+        f'{owner}; wait for it or stop it') from None
+  f.seek(0)
+  f.truncate()
+  f.write(f'{os.getpid()}\n')
+  f.flush()
+  return f
+
+
+@contextlib.contextmanager
+def hold(run_dir: str) -> Iterator[None]:
+  """Holds the run directory's lock; raises `RunDirectoryBusy` at once if
+  another process holds it."""
+  path = lock_path(run_dir)
+  if path in _HELD:
+    f, depth = _HELD[path]
+    _HELD[path] = (f, depth + 1)
+  else:
+    _HELD[path] = (_acquire(path, run_dir), 1)
+  try:
+    yield
+  finally:
+    f, depth = _HELD[path]
+    if depth > 1:
+      _HELD[path] = (f, depth - 1)
+    else:
+      del _HELD[path]
+      f.close()  # Releases the flock; the empty-of-meaning file may stay.

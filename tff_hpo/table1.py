@@ -1,0 +1,278 @@
+"""FATHOM's Table 1 and Figures 1, 3-5 from a sweep's run directories.
+
+  python -m tff_hpo.report --table1=results/table1
+
+Runs are grouped by row: the run directory name without `_<algorithm>_s<seed>`
+(`authors_emnist_baseline_fathom_s2` -> row `authors_emnist_baseline`). For
+each row, algorithm and target: rounds, examples ("local gradients"), local
+steps and training seconds until the first evaluation at or above the target,
+as mean ± sample std over the seeds that reached it, with how many reached it
+out of how many ended; runs still training count only once they reach it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import re
+from typing import Optional, Sequence
+
+import numpy as np
+import pandas as pd
+
+from tff_hpo import report
+
+# The paper's EMNIST target (86 %) sits near this subset's ceiling, so 80 % and
+# 85 % are reported beside it.
+EMNIST_TARGETS = (0.80, 0.85, 0.86)
+# Stack Overflow: the rule, fixed before the runs: 90 % of FedAvg's best test
+# accuracy within the budget on the row's baseline, mean over seeds.
+SO_TARGET_FRACTION = 0.9
+COSTS = (('rounds', 'round'), ('examples', 'cost/examples_cumulative'),
+         ('local_steps', 'cost/local_steps_cumulative'),
+         ('seconds', 'train_seconds'))
+HPARAMS = report.HPARAMS
+
+
+@dataclasses.dataclass
+class RunInfo:
+  name: str
+  row: str
+  algorithm: str
+  seed: int
+  task: str
+  frame: pd.DataFrame
+  ended: bool
+  budget: int
+  dataset: str
+
+
+def load_runs(root: str) -> list[RunInfo]:
+  """Every run directory under `root` with a config and metrics."""
+  runs = []
+  for name in sorted(os.listdir(root)):
+    run_dir = os.path.join(root, name)
+    config_path = os.path.join(run_dir, 'config.json')
+    if not (os.path.isfile(config_path) and
+            os.path.isfile(os.path.join(run_dir, 'metrics.csv'))):
+      continue
+    with open(config_path) as f:
+      config = json.load(f)
+    suffix = f'_{config["algorithm"]}_s{config["seed"]}'
+    row = name[:-len(suffix)] if name.endswith(suffix) else name
+    frame = report.load_run(run_dir)
+    frame['train_seconds'] = frame['time/round_seconds'].cumsum()
+    status_path = os.path.join(run_dir, 'status.json')
+    ended = False
+    if os.path.exists(status_path):
+      with open(status_path) as f:
+        status = json.load(f)
+      ended = status['stopped_early'] or status['last_round'] >= config[
+          'total_rounds']
+    runs.append(RunInfo(name, row, config['algorithm'], config['seed'],
+                        config['task'], frame, ended, config['total_rounds'],
+                        report.dataset_label(run_dir)))
+  return runs
+
+
+def cost_to_target(frame: pd.DataFrame, target: float) -> Optional[dict]:
+  """Costs at the first evaluated round reaching `target`, else None."""
+  evaluated = frame.dropna(subset=['eval/accuracy'])
+  hit = report.rounds_to_target(evaluated, target)
+  if hit is None:
+    return None
+  row = frame.loc[frame['round'] == hit].iloc[0]
+  return {name: float(row[column]) for name, column in COSTS}
+
+
+@dataclasses.dataclass
+class Stat:
+  """mean ± std over the runs that reached; n of how many counted."""
+  values: list
+  counted: int
+
+  @property
+  def mean(self) -> Optional[float]:
+    return float(np.mean(self.values)) if self.values else None
+
+  @property
+  def std(self) -> Optional[float]:
+    return float(np.std(self.values, ddof=1)) if len(self.values) > 1 else None
+
+  def text(self, scale: float = 1.0, digits: int = 0) -> str:
+    if not self.values:
+      return f'NA (0/{self.counted})'
+    mean = f'{self.mean / scale:,.{digits}f}'
+    spread = '' if self.std is None else f' ± {self.std / scale:,.{digits}f}'
+    return f'{mean}{spread} ({len(self.values)}/{self.counted})'
+
+
+def summarize(runs: Sequence[RunInfo], target: float) -> dict[str, Stat]:
+  """Per cost, over these runs: a reached run counts; an unreached one only
+  once it has ended (a run still training may reach later)."""
+  stats = {name: Stat([], 0) for name, _ in COSTS}
+  for run in runs:
+    cost = cost_to_target(run.frame, target)
+    if cost is None and not run.ended:
+      continue
+    for name, _ in COSTS:
+      stats[name].counted += 1
+      if cost is not None:
+        stats[name].values.append(cost[name])
+  return stats
+
+
+def so_target(runs: Sequence[RunInfo]) -> Optional[float]:
+  """SO_TARGET_FRACTION of FedAvg's best accuracy on the baseline row, mean
+  over its seeds, from the baseline rows of this pipeline."""
+  best = [r.frame['eval/accuracy'].max() for r in runs
+          if r.algorithm == 'fedavg' and r.row.endswith('_baseline')
+          and r.ended]
+  return SO_TARGET_FRACTION * float(np.mean(best)) if best else None
+
+
+def _ratio(a: Stat, b: Stat) -> str:
+  if a.mean is None or b.mean is None:
+    return 'NA'
+  return f'{a.mean / b.mean:.2f}'
+
+
+def table_markdown(runs: Sequence[RunInfo], targets: dict[str, list[float]]
+                   ) -> str:
+  """Table 1's shape: one line per row and target, FATHOM beside FedAvg."""
+  lines = ['| row | target | rounds FATHOM | rounds FedAvg | ratio | '
+           'examples FATHOM | examples FedAvg | ratio | local steps FATHOM | '
+           'local steps FedAvg | train s FATHOM | train s FedAvg | budget |',
+           '|' + '---|' * 13]
+  for row in sorted({r.row for r in runs}):
+    members = [r for r in runs if r.row == row]
+    fathom = [r for r in members if r.algorithm == 'fathom']
+    fedavg = [r for r in members if r.algorithm == 'fedavg']
+    if not (fathom and fedavg):
+      continue
+    budget = max(r.budget for r in members)
+    for target in targets.get(row, []):
+      a, b = summarize(fathom, target), summarize(fedavg, target)
+      lines.append(
+          f'| {row} | {target:.3g} | {a["rounds"].text()} | '
+          f'{b["rounds"].text()} | {_ratio(a["rounds"], b["rounds"])} | '
+          f'{a["examples"].text(1e3, 0)}K | {b["examples"].text(1e3, 0)}K | '
+          f'{_ratio(a["examples"], b["examples"])} | '
+          f'{a["local_steps"].text()} | {b["local_steps"].text()} | '
+          f'{a["seconds"].text()} | {b["seconds"].text()} | {budget} |')
+  return '\n'.join(lines)
+
+
+def row_targets(runs: Sequence[RunInfo]) -> dict[str, list[float]]:
+  targets = {}
+  for row in {r.row for r in runs}:
+    task = next(r.task for r in runs if r.row == row)
+    if task == 'emnist_cr':
+      targets[row] = list(EMNIST_TARGETS)
+    else:
+      pipeline = row.split('_')[0]
+      target = so_target([r for r in runs if r.row.startswith(pipeline)
+                          and r.task == task])
+      targets[row] = [round(target, 4)] if target else []
+  return targets
+
+
+def _band(ax, frames: list[pd.DataFrame], x: str, y: str, label: str) -> None:
+  """Mean over seeds on the rounds all of them have, with a ± std band."""
+  series = [f.dropna(subset=[y]) for f in frames]
+  common = sorted(set.intersection(*(set(s['round']) for s in series)))
+  if not common:
+    return
+  aligned = [s.set_index('round').loc[common] for s in series]
+  ys = np.array([a[y].to_numpy(float) for a in aligned])
+  xs = (np.array(common, float) if x == 'round' else
+        np.mean([a[x].to_numpy(float) for a in aligned], axis=0))
+  mean = ys.mean(axis=0)
+  line, = ax.plot(xs, mean, label=f'{label} (n={len(frames)})')
+  if len(frames) > 1:
+    std = ys.std(axis=0, ddof=1)
+    ax.fill_between(xs, mean - std, mean + std, color=line.get_color(),
+                    alpha=0.2)
+
+
+def figures(runs: Sequence[RunInfo], out_dir: str) -> list[str]:
+  """Per row: Figure 1 (accuracy vs rounds and vs examples) and Figures 3-5
+  (eta_L, E, B vs rounds), bands over seeds."""
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use('Agg')
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+
+  os.makedirs(out_dir, exist_ok=True)
+  written = []
+  for row in sorted({r.row for r in runs}):
+    members = [r for r in runs if r.row == row]
+    fig, axes = plt.subplots(1, 5, figsize=(22, 4))
+    for algorithm in sorted({r.algorithm for r in members}):
+      frames = [r.frame for r in members if r.algorithm == algorithm]
+      _band(axes[0], frames, 'round', 'eval/accuracy', algorithm)
+      _band(axes[1], frames, 'cost/examples_cumulative', 'eval/accuracy',
+            algorithm)
+      for ax, (column, _) in zip(axes[2:], HPARAMS):
+        if all(column in f for f in frames):
+          _band(ax, frames, 'round', column, algorithm)
+    titles = ['test accuracy vs rounds', 'test accuracy vs examples',
+              *(t for _, t in HPARAMS)]
+    for ax, title in zip(axes, titles):
+      ax.set_title(title, fontsize=9)
+      ax.grid(alpha=0.3)
+      ax.legend(fontsize=7)
+    axes[1].set_xlabel('examples processed')
+    for ax in (axes[0], *axes[2:]):
+      ax.set_xlabel('round')
+    fig.suptitle(f'{row}: {members[0].dataset}', fontsize=9)
+    fig.tight_layout()
+    path = os.path.join(out_dir, f'{row}.png')
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    written.append(path)
+  return written
+
+
+def status_markdown(runs: Sequence[RunInfo]) -> str:
+  lines = ['| run | task | rounds done | budget | ended | best test acc |',
+           '|---|---|---|---|---|---|']
+  for r in runs:
+    best = r.frame['eval/accuracy'].max()
+    lines.append(f'| {r.name} | {r.task} | {int(r.frame["round"].max())} | '
+                 f'{r.budget} | {"yes" if r.ended else "no"} | '
+                 f'{"-" if math.isnan(best) else f"{best:.4f}"} |')
+  return '\n'.join(lines)
+
+
+NOTES_MD = 'NOTES.md'  # Hand-written: commands, budgets, status; goes first.
+
+
+def write(root: str) -> str:
+  """Writes <root>/README.md: <root>/NOTES.md, then the data, the table,
+  each run's progress and the figures, all from the run directories."""
+  runs = load_runs(root)
+  notes = os.path.join(root, NOTES_MD)
+  preamble = open(notes).read() if os.path.exists(notes) else '# Table 1'
+
+  if not runs:
+    raise FileNotFoundError(f'no run directories with metrics under {root}')
+  targets = row_targets(runs)
+  pngs = figures(runs, os.path.join(root, 'figures'))
+  datasets = sorted({f'- {r.task}: {r.dataset}' for r in runs})
+  text = '\n\n'.join([
+      preamble.strip(),
+      '## Data\n\n' + '\n'.join(datasets),
+      '## Table 1 (mean ± std over seeds that reached the target; '
+      '(k/n): k reached of n counted)\n\n' + table_markdown(runs, targets),
+      '## Runs\n\n' + status_markdown(runs),
+      '## Figures\n\n' + '\n'.join(
+          f'![{os.path.basename(p)}](figures/{os.path.basename(p)})'
+          for p in pngs),
+  ]).strip() + '\n'
+  path = os.path.join(root, 'README.md')
+  with open(path + '.tmp', 'w') as f:
+    f.write(text)
+  os.replace(path + '.tmp', path)
+  return path

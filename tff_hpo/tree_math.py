@@ -1,0 +1,95 @@
+"""Inner products and norms over nested structures of tensors.
+
+Generic math that the papers' equations (`tff_hpo.hypergradients`) are built
+from. Leaves may be dense tensors or `tf.IndexedSlices`: Keras embedding
+layers give sparse gradients (a few rows of a 10,000 x 96 table per batch), and
+these functions work on the touched rows without densifying the table.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import tensorflow as tf
+
+_TINY = 1e-12
+
+
+def _rows_summed(slices: tf.IndexedSlices):
+  """(unique row ids, summed rows): IndexedSlices may repeat a row."""
+  ids, position = tf.unique(slices.indices)
+  values = tf.math.unsorted_segment_sum(
+      tf.cast(slices.values, tf.float32), position, tf.size(ids))
+  return ids, values
+
+
+def _leaf_dot(x: Any, y: Any) -> tf.Tensor:
+  sparse_x = isinstance(x, tf.IndexedSlices)
+  sparse_y = isinstance(y, tf.IndexedSlices)
+  if not sparse_x and not sparse_y:
+    return tf.reduce_sum(tf.cast(x, tf.float32) * tf.cast(y, tf.float32))
+  if sparse_x and sparse_y:
+    if x is y:  # A squared norm: sum the repeated rows, then square.
+      return tf.reduce_sum(tf.square(_rows_summed(x)[1]))
+    # Rows of both, summed per distinct id: only ids in both contribute.
+    ids, position = tf.unique(tf.concat([x.indices, y.indices], 0))
+    n = tf.size(ids)
+    split = tf.size(x.indices)
+    xs = tf.math.unsorted_segment_sum(tf.cast(x.values, tf.float32),
+                                      position[:split], n)
+    ys = tf.math.unsorted_segment_sum(tf.cast(y.values, tf.float32),
+                                      position[split:], n)
+    return tf.reduce_sum(xs * ys)
+  sparse, dense = (x, y) if sparse_x else (y, x)
+  # Linear in the sparse side, so repeated rows need no summing first.
+  rows = tf.gather(tf.cast(dense, tf.float32), sparse.indices)
+  return tf.reduce_sum(tf.cast(sparse.values, tf.float32) * rows)
+
+
+def _leaves(a: Any) -> list:
+  return tf.nest.flatten(a, expand_composites=False)
+
+
+def dot(a: Any, b: Any) -> tf.Tensor:
+  """Inner product of two same-shaped structures of tensors, as float32."""
+  return tf.add_n([_leaf_dot(x, y) for x, y in zip(_leaves(a), _leaves(b))])
+
+
+def norm(a: Any) -> tf.Tensor:
+  """L2 norm over every leaf of the structure."""
+  return tf.sqrt(tf.add_n([_leaf_dot(x, x) for x in _leaves(a)]))
+
+
+def all_finite(a: Any) -> tf.Tensor:
+  """True when every entry of every tensor in the structure is finite."""
+  return tf.reduce_all([
+      tf.reduce_all(tf.math.is_finite(
+          t.values if isinstance(t, tf.IndexedSlices) else t))
+      for t in _leaves(a)])
+
+
+def cosine(a: Any, b: Any) -> tf.Tensor:
+  """cos(a, b); 0 when either side is zero (no direction, no signal)."""
+  na, nb = norm(a), norm(b)
+  return tf.where(na * nb > _TINY, dot(a, b) / tf.maximum(na * nb, _TINY), 0.0)
+
+
+def add_to(dense: tf.Tensor, update: Any) -> tf.Tensor:
+  """dense + update, touching only the updated rows when `update` is sparse."""
+  if isinstance(update, tf.IndexedSlices):
+    return tf.tensor_scatter_nd_add(
+        dense, tf.expand_dims(tf.cast(update.indices, tf.int64), -1),
+        tf.cast(update.values, dense.dtype))
+  return dense + update
+
+
+def scale(factor: tf.Tensor, t: Any) -> Any:
+  """factor * t, staying sparse for IndexedSlices."""
+  if isinstance(t, tf.IndexedSlices):
+    return tf.IndexedSlices(factor * t.values, t.indices, t.dense_shape)
+  return factor * t
+
+
+def to_dense(t: Any) -> tf.Tensor:
+  """A dense tensor; IndexedSlices are scattered (repeated rows summed)."""
+  return tf.convert_to_tensor(t)
