@@ -26,11 +26,13 @@ data: setup
 run: data
 	$(PY) run_experiment.py --flagfile=flagfiles/emnist_fedavg_quick.cfg
 
-# `bazel build //...` and the fast tests through Bazel, then every pytest test
-# (pytest last, so its summary closes the output).
+# `bazel build //...` and the fast tests through Bazel, then the slow ones
+# (real training, subprocesses) with pytest, so no test runs twice; pytest
+# last, so its summary closes the output. tests/test_test_targets.py keeps
+# every fast test file under a Bazel target.
 test: data
 	bash .ci/bazel.sh
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q -m slow tests
 
 test-fast: data
 	$(PY) -m pytest -q -m "not slow" tests

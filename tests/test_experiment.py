@@ -18,6 +18,7 @@ from tff_hpo import experiment
 from tests.conftest import SHARED_DATA
 
 pytestmark = pytest.mark.slow
+BAR = 0.1  # MEASURING
 
 
 def _config(tmp_path, cache_dir, **overrides) -> config_lib.ExperimentConfig:
@@ -42,19 +43,24 @@ def _weights(exp, state):
 
 
 def test_fedavg_learns_on_femnist_subset(tmp_path, cache_dir):
-  # Measured here (seed 0, Reddi et al.'s values, 10 clients of the 396-writer
-  # subset per round): eval accuracy 0.074 after 10 rounds, 0.30 after 20,
-  # 0.55 after 30. Chance is 1/62 = 0.016 and always answering the most
-  # common class gives about 0.05; 0.25 after 30 rounds leaves room for other
-  # seeds and thread scheduling while still demanding real learning.
-  cfg = _config(tmp_path, cache_dir, total_rounds=30, rounds_per_eval=30,
-                rounds_per_checkpoint=30, experiment_name='learn')
+  # The learning tests feed inverted pixels (the FATHOM authors' pipeline),
+  # with which FedAvg learns in 10 rounds what TFF's task as it is (background
+  # 1.0) needs 30 for: measured here (seed 0, Reddi et al.'s values, 10
+  # clients of the 396-writer subset per round) eval accuracy MEASURE after 10
+  # rounds, against 0.074 after 10 and 0.55 after 30 with TFF's pixels.
+  # Chance is 1/62 = 0.016 and always answering the most common class gives
+  # about 0.05; the bar leaves room for other seeds and thread scheduling
+  # while still demanding real learning.
+  cfg = _config(tmp_path, cache_dir, total_rounds=10, rounds_per_eval=10,
+                rounds_per_checkpoint=10, experiment_name='learn',
+                emnist_invert_pixels=True)
   exp = experiment.Experiment(cfg, out=io.StringIO())
   exp.run()
   rows = _rows(cfg)
-  assert [int(r['round']) for r in rows] == list(range(1, 31))
+  assert [int(r['round']) for r in rows] == list(range(1, 11))
   final = rows[-1]
-  assert float(final['eval/accuracy']) > 0.25
+  print(f'\nLEARNING fedavg: eval accuracy {float(final["eval/accuracy"]):.4f}')
+  assert float(final['eval/accuracy']) > BAR
   assert float(final['train/loss']) < float(rows[0]['train/loss'])
   # Cost counters: per round and cumulative agree.
   examples = [int(float(r['cost/examples'])) for r in rows]
@@ -70,13 +76,14 @@ def test_fathom_learns_and_adapts_on_femnist_subset(tmp_path, cache_dir):
   # Measured here (seed 0, the paper's baseline_femnist settings): FATHOM's
   # eval accuracy 0.074 after 10 rounds and 0.31 after 20, as FedAvg's; the
   # same 0.25 bar after 30 rounds applies. Its hyperparameters must move.
-  cfg = _config(tmp_path, cache_dir, algorithm='fathom', total_rounds=30,
-                rounds_per_eval=30, rounds_per_checkpoint=30,
-                experiment_name='fathom')
+  cfg = _config(tmp_path, cache_dir, algorithm='fathom', total_rounds=10,
+                rounds_per_eval=10, rounds_per_checkpoint=10,
+                experiment_name='fathom', emnist_invert_pixels=True)
   experiment.Experiment(cfg, out=io.StringIO()).run()
   rows = _rows(cfg)
   final = rows[-1]
-  assert float(final['eval/accuracy']) > 0.25
+  print(f'\nLEARNING fathom: eval accuracy {float(final["eval/accuracy"]):.4f}')
+  assert float(final['eval/accuracy']) > BAR
   first = {k: float(rows[0][f'hparams/{k}']) for k in (
       'client_learning_rate', 'client_epochs', 'client_batch_size')}
   assert first == {'client_learning_rate': pytest.approx(0.1),
@@ -92,12 +99,14 @@ def test_fedexp_learns_on_femnist_subset(tmp_path, cache_dir):
   # 30. With the paper's client lr 10^-0.5 and no gradient clipping it stayed
   # near 0.07 for 30 rounds (FedAvg at that lr: 0.48), so this test uses 0.1;
   # with the paper's clipping it learns at 10^-0.5 (fedexp_paper_lr_clipped).
-  cfg = _config(tmp_path, cache_dir, algorithm='fedexp', total_rounds=30,
-                client_learning_rate=0.1, rounds_per_eval=30,
-                rounds_per_checkpoint=30, experiment_name='fedexp_learns')
+  cfg = _config(tmp_path, cache_dir, algorithm='fedexp', total_rounds=10,
+                client_learning_rate=0.1, rounds_per_eval=10,
+                rounds_per_checkpoint=10, experiment_name='fedexp_learns',
+                emnist_invert_pixels=True)
   experiment.Experiment(cfg, out=io.StringIO()).run()
   rows = _rows(cfg)
-  assert float(rows[-1]['eval/accuracy']) > 0.25
+  print(f'\nLEARNING fedexp: eval accuracy {float(rows[-1]["eval/accuracy"]):.4f}')
+  assert float(rows[-1]['eval/accuracy']) > BAR
   steps = [float(r['process/aggregator/server_step']) for r in rows]
   assert min(steps) >= 1.0 and max(steps) > 1.0
 
@@ -125,15 +134,14 @@ LEARNING = {
 @pytest.mark.parametrize('name', sorted(LEARNING))
 def test_each_algorithm_learns_on_femnist_subset(tmp_path, cache_dir, name):
   overrides = {'algorithm': name, **LEARNING[name]}
-  cfg = _config(tmp_path, cache_dir, total_rounds=30, rounds_per_eval=30,
-                rounds_per_checkpoint=30, experiment_name='learns',
-                eval_clients=100, **overrides)
+  cfg = _config(tmp_path, cache_dir, total_rounds=10, rounds_per_eval=10,
+                rounds_per_checkpoint=10, experiment_name='learns',
+                eval_clients=100, emnist_invert_pixels=True, **overrides)
   experiment.Experiment(cfg, out=io.StringIO()).run()
   rows = _rows(cfg)
   accuracy = float(rows[-1]['eval/accuracy'])
-  print(f'\nLEARNING {name}: eval accuracy {accuracy:.4f} after 30 rounds')
-  # FedAvgM starts slowly at its tuned client lr 10^-1.5 (0.30 here).
-  assert accuracy > (0.2 if name == 'fedavgm' else 0.25)
+  print(f'\nLEARNING {name}: eval accuracy {accuracy:.4f} after 10 rounds')
+  assert accuracy > BAR
   assert all(float(r['cost/bytes_broadcast']) > 0 and
              float(r['cost/bytes_uploaded']) > 0 for r in rows)
 

@@ -13,7 +13,8 @@ any other is started, and the runner resumes it from its last checkpoint, so
 a sweep can be stopped and started again across days. Runs are locked per
 directory (`tff_hpo.run_lock`): a run that another process is training is
 reported as busy and left alone, so two sweeps over one root do not collide.
-Exit code 0 when every run has ended, 1 if any failed, 130 when interrupted.
+Exit code 0 when every run has ended, 1 if any failed, 130 when stopped by
+SIGINT or SIGTERM (its runners are stopped too and resume next time).
 """
 
 from __future__ import annotations
@@ -187,6 +188,10 @@ class Sweep:
     return 1 if failed else 0
 
 
+def _interrupt(signum, frame):  # pylint: disable=unused-argument
+  raise KeyboardInterrupt
+
+
 def main(argv: Sequence[str]) -> int:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument('--flagfiles', required=True,
@@ -220,6 +225,10 @@ def main(argv: Sequence[str]) -> int:
     extra += [f'--early_stop_accuracy={args.early_stop_accuracy}',
               f'--early_stop_evals={args.early_stop_evals}']
   sweep = Sweep(runs, output_root, args.parallel, extra, args.total_rounds)
+  # Stoppable however it was started: a shell starts background jobs with
+  # SIGINT ignored, and `kill` sends SIGTERM.
+  signal.signal(signal.SIGINT, signal.default_int_handler)
+  signal.signal(signal.SIGTERM, _interrupt)
   if args.dry_run:
     for run in runs:
       done = has_ended(os.path.join(output_root, run.name),

@@ -1,16 +1,14 @@
-"""Every task builds with TFF's code from the offline caches and trains."""
+"""Task defaults and the EMNIST pixel option; every task training under every
+algorithm is in test_every_algorithm.py."""
 
 from __future__ import annotations
 
 import sys
-import io
 
 import numpy as np
 import pytest
 
 import tasks
-from tff_hpo import config as config_lib
-from tff_hpo import experiment
 from tests.conftest import SHARED_DATA
 
 
@@ -26,22 +24,30 @@ def test_defaults_are_reddi_et_al():
   assert tasks.stackoverflow.SEQUENCE_LENGTH == 20
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize('task', ['stackoverflow_nwp', 'shakespeare'])
-def test_task_trains_two_rounds(tmp_path, cache_dir, task):
-  cfg = tasks.resolve_config(
-      config_lib.ExperimentConfig(
-          task=task, total_rounds=2, clients_per_round=4, eval_clients=5,
-          rounds_per_eval=2, max_examples_per_client=64, output_root=str(tmp_path),
-          cache_dir=cache_dir, offline_data_dir=SHARED_DATA))
-  rows = []
-  exp = experiment.Experiment(cfg, out=io.StringIO())
-  assert 'not TFF' in exp.task.dataset_label or 'converted' in exp.task.dataset_label
-  exp.run(on_round=lambda r, m: rows.append(m))
-  assert len(rows) == 2
-  assert all(np.isfinite(m['train/loss']) and m['cost/examples'] > 0
-             for m in rows)
-  assert 0.0 <= rows[-1]['eval/accuracy'] <= 1.0
+def _first_batches(task):
+  """The first train and test batch of the first client, after TFF's own
+  preprocessing (per-example train data: no shuffling)."""
+  data = task.baseline.datasets
+  client = data.train_data.client_ids[0]
+  train = data.train_preprocess_fn(
+      data.train_data.create_tf_dataset_for_client(client))
+  test = data.eval_preprocess_fn(
+      data.test_data.create_tf_dataset_for_client(client))
+  return [next(iter(d)) for d in (train, test)]
+
+
+def test_inverted_pixels_reach_both_splits(cache_dir):
+  common = dict(batch_size=20, epochs=1, max_examples=None,
+                cache_dir=cache_dir, offline_data_dir=SHARED_DATA, seed=0,
+                per_example=True)
+  plain = tasks.load('emnist_cr', **common)
+  inverted = tasks.load('emnist_cr', invert_pixels=True, **common)
+  assert 'pixels inverted' in inverted.dataset_label
+  assert 'pixels inverted' not in plain.dataset_label
+  for (x, y), (xi, yi) in zip(_first_batches(plain), _first_batches(inverted)):
+    np.testing.assert_array_equal(y, yi)
+    np.testing.assert_allclose(xi, 1.0 - np.asarray(x), atol=1e-6)
+    assert np.median(x) == 1.0 and np.median(xi) == 0.0  # Background.
 
 
 if __name__ == '__main__':  # Lets Bazel's py_test run the file.

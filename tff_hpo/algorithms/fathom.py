@@ -17,14 +17,28 @@ hyperparameters from the aggregate, a flow between components that the
 composer does not have. The four pieces are still separate tff computations,
 wired by `next_fn` below. Choices where the paper is ambiguous:
 
-* K_i uses floor, as eq. (2) and Algorithm 1 write it (the authors' code used
-  ceil), with at least one step; B is rounded to an integer >= 1 for batching.
+* K_i uses floor, as eq. (2) and Algorithm 1 write it, or ceil as the
+  authors' code (`step_rounding`), with at least one step; B is rounded half
+  up to an integer >= 1 for batching, as the authors' code does.
 * phi_i is taken after the step's gradient joins the running sum (see
   `local_training.train_locally`).
 * G_t keeps eta_L as eq. (12) writes it; `g_includes_learning_rate=False`
   drops it as the authors' code did (both are worth running).
 * A round whose mean update or hypergradient is not finite changes neither
   the model nor the hyperparameters; it is counted in `skipped_non_finite`.
+* The sign of G in eq. (15). Eqs. (14)-(15) as printed give
+  E <- E exp(-g_E (N + G)) and B <- B exp(-g_B (-G)) = B exp(g_B G), so
+  E / B <- E / B exp(-g_E N - (g_E + g_B) G); the sentence after eq. (15)
+  states exp(-g_E N - (g_E - g_B) G), which needs B <- B exp(-g_B G). We
+  implement eqs. (14)-(15) as printed (`hypergradients.fathom_hparam_step`).
+  So does the authors' code: its `hyper_update` steps log(Ep, eta_c, bs) by
+  -eta_h * (-(glob + local), -glob, local), with local = the nu-weighted mean
+  phi = -G (no eta_L) and glob = -H, i.e. B <- B exp(-g_B phi) = B exp(g_B G).
+  Only the sentence disagrees.
+
+The authors' pipeline (`step_rounding='ceil'`, `g_includes_learning_rate=False`
+and the task's `--emnist_invert_pixels`) and what stays different are listed
+in the README's FATHOM section.
 
 `server_step` (a `tff_hpo.server_steps` rule) scales the mean update before
 the server optimizer: FedExP's eta_g or FedHyper-G's alpha, combinations no
