@@ -116,7 +116,10 @@ def test_write_readme_with_notes_table_and_figures(tmp_path):
   text = open(table1.write(str(tmp_path))).read()
   assert text.startswith('# Table 1, hand-made')
   assert '- emnist_cr: hand-made' in text
-  assert '| authors_emnist_baseline | 0.85 | 2 (1/1) | 2 (1/1) | 1.00 |' in text
+  assert ('| authors_emnist_baseline | 0.85 | 2 (1/1) | 2 (1/1) | 1.00 | '
+          '0K (1/1) | 0K (1/1) | 1.00 |') in text
+  assert table1.Stat([], 0).text() == 'pending'
+  assert table1.Stat([1500.0, 2500.0], 3).text(1e3, 'K') == '2K ± 1K (2/3)'
   assert (tmp_path / 'figures' / 'authors_emnist_baseline.png').stat(
   ).st_size > 1000
   with pytest.raises(FileNotFoundError):

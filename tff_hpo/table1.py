@@ -101,11 +101,14 @@ class Stat:
   def std(self) -> Optional[float]:
     return float(np.std(self.values, ddof=1)) if len(self.values) > 1 else None
 
-  def text(self, scale: float = 1.0, digits: int = 0) -> str:
+  def text(self, scale: float = 1.0, unit: str = '') -> str:
+    if not self.counted:
+      return 'pending'  # No run has reached it or ended yet.
     if not self.values:
       return f'NA (0/{self.counted})'
-    mean = f'{self.mean / scale:,.{digits}f}'
-    spread = '' if self.std is None else f' ± {self.std / scale:,.{digits}f}'
+    mean = f'{self.mean / scale:,.0f}{unit}'
+    spread = ('' if self.std is None else
+              f' ± {self.std / scale:,.0f}{unit}')
     return f'{mean}{spread} ({len(self.values)}/{self.counted})'
 
 
@@ -158,7 +161,7 @@ def table_markdown(runs: Sequence[RunInfo], targets: dict[str, list[float]]
       lines.append(
           f'| {row} | {target:.3g} | {a["rounds"].text()} | '
           f'{b["rounds"].text()} | {_ratio(a["rounds"], b["rounds"])} | '
-          f'{a["examples"].text(1e3, 0)}K | {b["examples"].text(1e3, 0)}K | '
+          f'{a["examples"].text(1e3, "K")} | {b["examples"].text(1e3, "K")} | '
           f'{_ratio(a["examples"], b["examples"])} | '
           f'{a["local_steps"].text()} | {b["local_steps"].text()} | '
           f'{a["seconds"].text()} | {b["seconds"].text()} | {budget} |')
