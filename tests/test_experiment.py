@@ -221,6 +221,35 @@ def test_resume_after_crash_equals_uninterrupted_run(tmp_path, cache_dir,
   assert strip(_rows(whole_cfg)) == strip(_rows(cut_cfg))
 
 
+def test_early_stop_ends_the_run_and_stays_ended(tmp_path, cache_dir):
+  # Any accuracy reaches the target at round 1's evaluation; one more
+  # evaluation is recorded, then the run stops before its budget.
+  cfg = _config(tmp_path, cache_dir, total_rounds=6, rounds_per_eval=1,
+                rounds_per_checkpoint=5, eval_clients=5, experiment_name='es',
+                early_stop_accuracy=1e-9, early_stop_evals=1)
+  experiment.Experiment(cfg, out=io.StringIO()).run()
+  assert [int(r['round']) for r in _rows(cfg)] == [1, 2]
+  with open(os.path.join(cfg.run_dir, experiment.STATUS_JSON)) as f:
+    status = json.load(f)
+  assert (status['last_round'], status['stopped_early']) == (2, True)
+  log = io.StringIO()
+  experiment.Experiment(cfg, out=log).run()  # Resumes, and stops again.
+  assert 'resuming after round 2' in log.getvalue()
+  assert 'stopped early after round 2' in log.getvalue()
+  assert len(_rows(cfg)) == 2
+
+
+def test_early_stop_counts_evaluations_after_the_first_hit():
+  stop = experiment.EarlyStop(0.8, 2)
+  for accuracy, done in ((0.5, False), (0.81, False), (0.7, False),
+                         (0.75, True)):
+    stop.observe(accuracy)
+    assert stop.done is done
+  never = experiment.EarlyStop(None, 0)
+  never.replay([0.99, 1.0])
+  assert not never.done
+
+
 def test_changed_settings_refuse_to_resume(tmp_path, cache_dir):
   cfg = _config(tmp_path, cache_dir, total_rounds=1, experiment_name='x')
   experiment.Experiment(cfg, out=io.StringIO()).run()

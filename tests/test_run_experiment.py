@@ -86,6 +86,7 @@ def test_signal_leaves_no_worker(tmp_path, cache_dir, sig, code):
     ('--client_batch_size=0', '--client_batch_size: expected a positive integer'),
     ('--clients_per_round=397', '--clients_per_round: expected at most 396'),
     ('--server_optimizer=rmsprop', '--server_optimizer: expected one of'),
+    ('--seed=-1', '--seed: expected a non-negative integer'),
 ])
 def test_bad_flag_stops_before_training(tmp_path, cache_dir, flag, message):
   proc = _start(tmp_path, flag, '--experiment_name=bad')
@@ -95,6 +96,19 @@ def test_bad_flag_stops_before_training(tmp_path, cache_dir, flag, message):
   assert last.startswith('error: ') and message in last, err
   assert 'round' not in out
   assert not (tmp_path / 'runs' / 'bad').exists()
+
+
+def test_busy_run_directory_is_refused_at_once(tmp_path):
+  from tff_hpo import run_lock  # pylint: disable=g-import-not-at-top
+  run_dir = str(tmp_path / 'runs' / 'busy')
+  with run_lock.hold(run_dir):  # As a live runner would.
+    proc = _start(tmp_path, '--experiment_name=busy')
+    out, err = proc.communicate(timeout=300)
+  assert proc.returncode == 2, err
+  last = err.strip().splitlines()[-1]
+  assert last == (f'error: --experiment_name: run directory {run_dir} is in '
+                  f'use by pid {os.getpid()}; wait for it or stop it')
+  assert 'round' not in out and not os.path.exists(run_dir)
 
 
 def test_unwritable_output_root(tmp_path):
