@@ -87,6 +87,22 @@ def test_skips_ended_runs_and_starts_the_others(tmp_path):
   assert sweep.has_ended(str(root / 'early_s0'), total_rounds=10)
 
 
+def test_a_run_ended_meanwhile_by_another_sweep_is_not_started(tmp_path):
+  runs = sweep.plan([_flagfile(tmp_path, n) for n in ('first', 'second')],
+                    [0])
+  s, root = _sweep(tmp_path, runs, parallel=1)
+  real_start = s._start
+
+  def start_and_end_the_other(run):
+    _status(root / 'second_s0')  # As another sweep would, meanwhile.
+    return real_start(run)
+
+  s._start = start_and_end_the_other
+  assert s.run() == 0
+  assert (root / 'calls.txt').read_text().split() == ['first_s0']
+  assert s.results['second_s0'] == 'already ended'
+
+
 def test_a_failed_run_is_reported_and_the_rest_go_on(tmp_path):
   runs = sweep.plan([_flagfile(tmp_path, n) for n in ('fail', 'fine')], [0, 1])
   s, root = _sweep(tmp_path, runs, parallel=1)

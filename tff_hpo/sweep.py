@@ -115,6 +115,10 @@ class Sweep:
     self.total_rounds, self.runner, self.out = total_rounds, list(runner), out
     self.results: dict[str, str] = {}
 
+  def _ended(self, run: Run) -> bool:
+    return has_ended(os.path.join(self.output_root, run.name),
+                     self.total_rounds)
+
   def _log_path(self, run: Run) -> str:
     return os.path.join(self.output_root, 'logs', f'{run.name}.log')
 
@@ -157,7 +161,7 @@ class Sweep:
   def run(self) -> int:
     pending = []
     for run in self.runs:
-      if has_ended(os.path.join(self.output_root, run.name), self.total_rounds):
+      if self._ended(run):
         self.results[run.name] = 'already ended'
       else:
         pending.append(run)
@@ -168,6 +172,9 @@ class Sweep:
       while pending or running:
         while pending and len(running) < self.parallel:
           run = pending.pop(0)
+          if self._ended(run):  # Another sweep over this root finished it.
+            self.results[run.name] = 'already ended'
+            continue
           proc = self._start(run)
           running[proc.pid] = (run, proc)
         time.sleep(0.5)
