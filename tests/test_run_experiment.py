@@ -31,9 +31,16 @@ def _start(tmp_path, *flags, cache_dir=None, data_dir=SHARED_DATA):
          f'--output_root={tmp_path / "runs"}',
          f'--cache_dir={cache_dir or CACHE_DIR}',
          f'--offline_data_dir={data_dir}', *flags]
+  # A shell starts background jobs with SIGINT ignored and children inherit
+  # that; the runner rightly keeps it, so give it the default a user has.
   return subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True,
-                          env={**os.environ, 'PYTHONPATH': ROOT})
+                          env={**os.environ, 'PYTHONPATH': ROOT},
+                          preexec_fn=_default_sigint)
+
+
+def _default_sigint() -> None:
+  signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _workers_of(proc: subprocess.Popen) -> list[psutil.Process]:
