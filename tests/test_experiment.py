@@ -15,6 +15,7 @@ import pytest
 import tasks
 from tff_hpo import config as config_lib
 from tff_hpo import experiment
+from tff_hpo import run_status
 from tests.conftest import SHARED_DATA
 
 pytestmark = pytest.mark.slow
@@ -229,7 +230,7 @@ def test_early_stop_ends_the_run_and_stays_ended(tmp_path, cache_dir):
                 early_stop_accuracy=1e-9, early_stop_evals=1)
   experiment.Experiment(cfg, out=io.StringIO()).run()
   assert [int(r['round']) for r in _rows(cfg)] == [1, 2]
-  with open(os.path.join(cfg.run_dir, experiment.STATUS_JSON)) as f:
+  with open(os.path.join(cfg.run_dir, run_status.STATUS_JSON)) as f:
     status = json.load(f)
   assert (status['last_round'], status['stopped_early']) == (2, True)
   log = io.StringIO()

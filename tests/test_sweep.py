@@ -15,6 +15,7 @@ import textwrap
 
 import pytest
 
+from tff_hpo import run_status
 from tff_hpo import sweep
 
 FAKE_RUNNER = textwrap.dedent('''
@@ -83,8 +84,8 @@ def test_skips_ended_runs_and_starts_the_others(tmp_path):
   assert s.results['done_s0'] == 'already ended'
   assert s.results['new_s0'] == 'ended'
   # A larger budget makes an ended run unfinished again, not an early stop.
-  assert not sweep.has_ended(str(root / 'done_s0'), total_rounds=10)
-  assert sweep.has_ended(str(root / 'early_s0'), total_rounds=10)
+  assert not run_status.has_ended(str(root / 'done_s0'), total_rounds=10)
+  assert run_status.has_ended(str(root / 'early_s0'), total_rounds=10)
 
 
 def test_a_run_ended_meanwhile_by_another_sweep_is_not_started(tmp_path):

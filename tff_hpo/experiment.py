@@ -27,12 +27,12 @@ import tensorflow as tf
 from tff_hpo import client_states
 from tff_hpo import config as config_lib
 from tff_hpo import run_lock
+from tff_hpo import run_status
 
 CHECKPOINT_DIR = 'checkpoints'
 CLIENT_STATES_DIR = 'client_states'  # <round>.npz beside each checkpoint.
 METRICS_CSV = 'metrics.csv'
 CONFIG_JSON = 'config.json'
-STATUS_JSON = 'status.json'  # Written when a run ends: budget or early stop.
 # Settings a resumed run may change: they do not alter the trajectory.
 _RESUMABLE_CHANGES = {'total_rounds', 'rounds_per_eval', 'rounds_per_checkpoint',
                       'cache_dir', 'offline_data_dir', 'output_root',
@@ -327,7 +327,10 @@ class Experiment:
       self._log(f'stopped early after round {round_num}: eval accuracy '
                 f'reached {cfg.early_stop_accuracy} and '
                 f'{cfg.early_stop_evals} further evaluations are recorded')
-    self._write_status(round_num, stop.done)
+    run_status.write(cfg.run_dir, last_round=round_num,
+                     stopped_early=stop.done, total_rounds=cfg.total_rounds,
+                     early_stop_accuracy=cfg.early_stop_accuracy,
+                     early_stop_evals=cfg.early_stop_evals)
     return state
 
   def _released_evaluations(self, last_round: int) -> list[float]:
@@ -340,16 +343,6 @@ class Experiment:
               if int(r['round']) <= last_round and r.get('eval/accuracy')]
     return [float(r['eval/accuracy'])
             for r in sorted(rows, key=lambda r: int(r['round']))]
-
-  def _write_status(self, last_round: int, stopped_early: bool) -> None:
-    status = {'last_round': last_round, 'stopped_early': stopped_early,
-              'total_rounds': self.config.total_rounds,
-              'early_stop_accuracy': self.config.early_stop_accuracy,
-              'early_stop_evals': self.config.early_stop_evals}
-    path = os.path.join(self.config.run_dir, STATUS_JSON)
-    with open(path + '.tmp', 'w') as f:
-      json.dump(status, f, indent=1)
-    os.replace(path + '.tmp', path)
 
   def _client_states_path(self, round_num: int) -> str:
     return os.path.join(self.config.run_dir, CLIENT_STATES_DIR,

@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import ctypes
 import glob
-import json
 import os
 import re
 import signal
@@ -31,9 +30,10 @@ import sys
 import time
 from typing import NamedTuple, Optional, Sequence
 
+from tff_hpo import run_status
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUNNER = os.path.join(ROOT, 'run_experiment.py')
-STATUS_JSON = 'status.json'  # tff_hpo.experiment.STATUS_JSON, without TF.
 BUSY_MESSAGE = 'is in use by pid'
 _PR_SET_PDEATHSIG = 1
 
@@ -82,18 +82,6 @@ def plan(flagfiles: Sequence[str], seeds: Sequence[int]) -> list[Run]:
           for f in flagfiles]
 
 
-def has_ended(run_dir: str, total_rounds: Optional[int] = None) -> bool:
-  """True when the run's status says it ended, at `total_rounds` if given."""
-  path = os.path.join(run_dir, STATUS_JSON)
-  if not os.path.exists(path):
-    return False
-  with open(path) as f:
-    status = json.load(f)
-  if status['stopped_early']:
-    return True
-  return status['last_round'] >= (total_rounds or status['total_rounds'])
-
-
 def _die_with_parent() -> None:
   """In the child: SIGTERM when the sweep dies, so no runner is orphaned
   (each runner stops its own TFF worker on SIGTERM)."""
@@ -116,7 +104,7 @@ class Sweep:
     self.results: dict[str, str] = {}
 
   def _ended(self, run: Run) -> bool:
-    return has_ended(os.path.join(self.output_root, run.name),
+    return run_status.has_ended(os.path.join(self.output_root, run.name),
                      self.total_rounds)
 
   def _log_path(self, run: Run) -> str:
@@ -238,7 +226,7 @@ def main(argv: Sequence[str]) -> int:
   signal.signal(signal.SIGTERM, _interrupt)
   if args.dry_run:
     for run in runs:
-      done = has_ended(os.path.join(output_root, run.name),
+      done = run_status.has_ended(os.path.join(output_root, run.name),
                        args.total_rounds)
       print(('[ended] ' if done else '') + ' '.join(sweep.command(run)))
     return 0

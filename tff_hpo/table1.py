@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from tff_hpo import report
+from tff_hpo import run_status
 
 # The paper's EMNIST target (86 %) sits near this subset's ceiling, so 80 % and
 # 85 % are reported beside it.
@@ -64,13 +65,7 @@ def load_runs(root: str) -> list[RunInfo]:
     row = name[:-len(suffix)] if name.endswith(suffix) else name
     frame = report.load_run(run_dir)
     frame['train_seconds'] = frame['time/round_seconds'].cumsum()
-    status_path = os.path.join(run_dir, 'status.json')
-    ended = False
-    if os.path.exists(status_path):
-      with open(status_path) as f:
-        status = json.load(f)
-      ended = status['stopped_early'] or status['last_round'] >= config[
-          'total_rounds']
+    ended = run_status.has_ended(run_dir)
     runs.append(RunInfo(name, row, config['algorithm'], config['seed'],
                         config['task'], frame, ended, config['total_rounds'],
                         report.dataset_label(run_dir)))
