@@ -105,7 +105,7 @@ class Sweep:
 
   def _ended(self, run: Run) -> bool:
     return run_status.has_ended(os.path.join(self.output_root, run.name),
-                     self.total_rounds)
+                                self.total_rounds)
 
   def _log_path(self, run: Run) -> str:
     return os.path.join(self.output_root, 'logs', f'{run.name}.log')
@@ -227,7 +227,7 @@ def main(argv: Sequence[str]) -> int:
   if args.dry_run:
     for run in runs:
       done = run_status.has_ended(os.path.join(output_root, run.name),
-                       args.total_rounds)
+                                  args.total_rounds)
       print(('[ended] ' if done else '') + ' '.join(sweep.command(run)))
     return 0
   return sweep.run()
