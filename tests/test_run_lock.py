@@ -5,35 +5,18 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
 
 import pytest
 
-from tests.conftest import ROOT
+from tests import lock_holder
 from tff_hpo import run_lock
-
-HOLDER = '''
-import sys, time
-from tff_hpo import run_lock
-with run_lock.hold(sys.argv[1]):
-  print('held', flush=True)
-  time.sleep(600)
-'''
-
-
-def _holder(run_dir):
-  proc = subprocess.Popen([sys.executable, '-c', HOLDER, run_dir], cwd=ROOT,
-                          stdout=subprocess.PIPE, text=True,
-                          env={**os.environ, 'PYTHONPATH': ROOT})
-  assert proc.stdout.readline().strip() == 'held'
-  return proc
-
 
 def test_second_holder_is_refused_naming_dir_and_pid(tmp_path):
   run_dir = str(tmp_path / 'run')
-  proc = _holder(run_dir)
+  proc = lock_holder.start(run_dir)
   try:
+    assert run_lock.is_held_elsewhere(run_dir)
     with pytest.raises(run_lock.RunDirectoryBusy) as e:
       with run_lock.hold(run_dir):
         pass
@@ -46,11 +29,14 @@ def test_second_holder_is_refused_naming_dir_and_pid(tmp_path):
 
 def test_lock_of_a_killed_process_does_not_block(tmp_path):
   run_dir = str(tmp_path / 'run')
-  proc = _holder(run_dir)
+  assert not run_lock.is_held_elsewhere(run_dir)  # Never locked.
+  proc = lock_holder.start(run_dir)
   os.kill(proc.pid, signal.SIGKILL)
   proc.wait()
   assert os.path.exists(run_lock.lock_path(run_dir))  # Stale file stays.
+  assert not run_lock.is_held_elsewhere(run_dir)
   with run_lock.hold(run_dir):
+    assert not run_lock.is_held_elsewhere(run_dir)  # Held here, not elsewhere.
     with run_lock.hold(run_dir):  # Reentrant within one process.
       pass
     with open(run_lock.lock_path(run_dir)) as f:

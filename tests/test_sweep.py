@@ -15,6 +15,7 @@ import textwrap
 
 import pytest
 
+from tests import lock_holder
 from tff_hpo import run_status
 from tff_hpo import sweep
 
@@ -102,6 +103,19 @@ def test_a_run_ended_meanwhile_by_another_sweep_is_not_started(tmp_path):
   assert s.run() == 0
   assert (root / 'calls.txt').read_text().split() == ['first_s0']
   assert s.results['second_s0'] == 'already ended'
+
+
+def test_a_run_another_process_trains_is_left_alone(tmp_path):
+  runs = sweep.plan([_flagfile(tmp_path, n) for n in ('taken', 'free')], [0])
+  s, root = _sweep(tmp_path, runs, parallel=1)
+  holder = lock_holder.start(str(root / 'taken_s0'))
+  try:
+    assert s.run() == 0
+  finally:
+    holder.kill()
+    holder.wait()
+  assert (root / 'calls.txt').read_text().split() == ['free_s0']
+  assert s.results['taken_s0'] == 'busy'
 
 
 def test_a_failed_run_is_reported_and_the_rest_go_on(tmp_path):

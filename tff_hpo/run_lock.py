@@ -50,6 +50,22 @@ def _acquire(path: str, run_dir: str):
   return f
 
 
+def is_held_elsewhere(run_dir: str) -> bool:
+  """True when another process holds the run directory's lock. Probing
+  takes the lock for an instant: a runner starting in that instant is
+  refused, and then the prober is the one to run it."""
+  path = lock_path(run_dir)
+  if path in _HELD or not os.path.exists(path):
+    return False
+  with open(path, 'a') as f:
+    try:
+      fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+      return True
+    fcntl.flock(f, fcntl.LOCK_UN)
+  return False
+
+
 @contextlib.contextmanager
 def hold(run_dir: str) -> Iterator[None]:
   """Holds the run directory's lock; raises `RunDirectoryBusy` at once if

@@ -30,11 +30,11 @@ import sys
 import time
 from typing import NamedTuple, Optional, Sequence
 
+from tff_hpo import run_lock
 from tff_hpo import run_status
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUNNER = os.path.join(ROOT, 'run_experiment.py')
-BUSY_MESSAGE = 'is in use by pid'
 _PR_SET_PDEATHSIG = 1
 
 
@@ -103,9 +103,11 @@ class Sweep:
     self.total_rounds, self.runner, self.out = total_rounds, list(runner), out
     self.results: dict[str, str] = {}
 
+  def _run_dir(self, run: Run) -> str:
+    return os.path.join(self.output_root, run.name)
+
   def _ended(self, run: Run) -> bool:
-    return run_status.has_ended(os.path.join(self.output_root, run.name),
-                                self.total_rounds)
+    return run_status.has_ended(self._run_dir(run), self.total_rounds)
 
   def _log_path(self, run: Run) -> str:
     return os.path.join(self.output_root, 'logs', f'{run.name}.log')
@@ -134,14 +136,16 @@ class Sweep:
     self._say(f'started {run.name} (pid {proc.pid})')
     return proc
 
-  def _finish(self, run: Run, code: int) -> None:
-    with open(self._log_path(run)) as f:
-      tail = f.read().strip().splitlines()[-1:] or ['']
+  def _finish(self, run: Run, code: Optional[int]) -> None:
+    """Records how a run ended; `code` None: not started, it was busy."""
     if code == 0:
       result = 'ended'
-    elif code == 2 and BUSY_MESSAGE in tail[0]:
-      result = 'busy'
+    elif code is None or (code == 2 and
+                          run_lock.is_held_elsewhere(self._run_dir(run))):
+      result = 'busy'  # Its log may be the other runner's: not read.
     else:
+      with open(self._log_path(run)) as f:
+        tail = f.read().strip().splitlines()[-1:] or ['']
       result = f'failed (exit {code}): {tail[0][:200]}'
     self.results[run.name] = result
     self._say(f'{run.name}: {result}')
@@ -162,6 +166,9 @@ class Sweep:
           run = pending.pop(0)
           if self._ended(run):  # Another sweep over this root finished it.
             self.results[run.name] = 'already ended'
+            continue
+          if run_lock.is_held_elsewhere(self._run_dir(run)):
+            self._finish(run, None)  # Another process trains it.
             continue
           proc = self._start(run)
           running[proc.pid] = (run, proc)
