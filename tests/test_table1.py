@@ -85,6 +85,10 @@ def test_unreached_runs_count_once_ended_and_rows_pair_algorithms(tmp_path):
        algorithm='fathom', seed=2, ended=False)        # Still training.
   _run(tmp_path, 'authors_emnist_baseline_fedavg_s0', [0.5, 0.6, 0.7, 0.9],
        algorithm='fedavg', seed=0)
+  young = _run(tmp_path, 'authors_emnist_baseline_fedavg_s1', [0.1],
+                algorithm='fedavg', seed=1, ended=False)
+  pd.read_csv(young / 'metrics.csv').drop(columns='eval/accuracy').to_csv(
+      young / 'metrics.csv', index=False)  # Started, not evaluated yet.
   runs = table1.load_runs(str(tmp_path))
   assert {r.row for r in runs} == {'authors_emnist_baseline'}
   fathom = [r for r in runs if r.algorithm == 'fathom']

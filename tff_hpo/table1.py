@@ -64,6 +64,8 @@ def load_runs(root: str) -> list[RunInfo]:
     suffix = f'_{config["algorithm"]}_s{config["seed"]}'
     row = name[:-len(suffix)] if name.endswith(suffix) else name
     frame = report.load_run(run_dir)
+    if 'eval/accuracy' not in frame:  # Not evaluated yet.
+      frame['eval/accuracy'] = np.nan
     frame['train_seconds'] = frame['time/round_seconds'].cumsum()
     ended = run_status.has_ended(run_dir)
     runs.append(RunInfo(name, row, config['algorithm'], config['seed'],
