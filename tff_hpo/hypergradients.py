@@ -1,7 +1,8 @@
 """Pure math of the hypergradient papers, as small TF functions.
 
 They take tensors or nested structures of tensors, run eagerly or inside TFF
-computations, and are tested directly against NumPy.
+computations, and are tested directly against NumPy. Inner products and
+norms over structures are generic and live in `tff_hpo.tree_math`.
 
 FATHOM: "FATHOM: Federated AuTomatic Hyperparameter OptiMization"
 (../shared/papers/fathom_federated_hypergradient_descent.txt), Section 3.3.
@@ -14,6 +15,7 @@ from typing import Any
 import tensorflow as tf
 
 from tff_hpo import tree_math
+
 
 def fathom_h(delta: Any, delta_sm_prev: Any) -> tf.Tensor:
   """H_t = N_t = -cos(Delta_t, Delta_sm,t-1): Algorithm 1's form of eq. (5)
