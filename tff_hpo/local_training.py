@@ -2,8 +2,8 @@
 
 FATHOM broadcasts the batch size B and epochs E as server state, so a client
 cannot receive pre-batched data: it gets its examples one by one, batches them
-with the broadcast B, and takes K_i = floor(nu_i E / B) steps (or ceil), repeating its
-data when E > 1. The loop also tracks phi_i of eq. (12) for FATHOM, and can
+with the broadcast B, and takes K_i = floor(nu_i E / B) steps (or ceil),
+repeating its data when E > 1. The loop also tracks phi_i of eq. (12) for FATHOM, and can
 adapt its learning rate at every step by FedHyper-CL's rule (`CLSchedule`).
 """
 
