@@ -62,8 +62,7 @@ def test_cost_to_target(accuracies, want_round):
 
 
 def test_mean_std_over_one_and_three_seeds(tmp_path):
-  one = [_run(tmp_path, 'x_fathom_s0', [0.5, 0.9], algorithm='fathom',
-              seed=0)]
+  _run(tmp_path, 'x_fathom_s0', [0.5, 0.9], algorithm='fathom', seed=0)
   three = [_run(tmp_path, f'y_fathom_s{s}', acc, algorithm='fathom', seed=s)
            for s, acc in enumerate(([0.9], [0.5, 0.9], [0.5, 0.5, 0.5, 0.9]))]
   runs = {r.name: r for r in table1.load_runs(str(tmp_path))}

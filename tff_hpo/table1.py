@@ -16,7 +16,6 @@ import dataclasses
 import json
 import math
 import os
-import re
 from typing import Optional, Sequence
 
 import numpy as np
