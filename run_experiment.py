@@ -10,7 +10,6 @@ resumes from the latest checkpoint.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import sys
 
@@ -22,10 +21,12 @@ from absl import logging
 
 import tasks
 from tff_hpo import config as config_lib
+from tff_hpo.algorithms import registry
 
 _TASK = flags.DEFINE_string('task', 'emnist_cr', f'One of {sorted(tasks.TASKS)}.')
-_ALGORITHM = flags.DEFINE_string('algorithm', 'fedavg',
-                                 f'One of {config_lib.ALGORITHMS}.')
+_ALGORITHM = flags.DEFINE_string(
+    'algorithm', 'fedavg', 'One of: ' + '; '.join(
+        f'{s.name}: {s.help}' for s in registry.SPECS.values()))
 _ROUNDS = flags.DEFINE_integer('total_rounds', None,
                                'Training rounds (default: the task\'s).')
 _CLIENTS = flags.DEFINE_integer('clients_per_round', None,
@@ -84,59 +85,27 @@ _STOP_ACCURACY = flags.DEFINE_float(
 _STOP_EVALS = flags.DEFINE_integer(
     'early_stop_evals', 3, 'Evaluations recorded after reaching '
     '--early_stop_accuracy before stopping.')
-_STEP_ROUNDING = flags.DEFINE_string(
-    'fathom_step_rounding', 'floor',
-    f'FATHOM: K_i = nu_i E / B rounded by one of {config_lib.STEP_ROUNDINGS} '
-    '(floor: the paper; ceil: the authors\' code).')
 
-_FATHOM_HELP = {
-    'fathom_gamma_learning_rate': 'gamma_eta of eq. (13).',
-    'fathom_gamma_epochs': 'gamma_E of eq. (14).',
-    'fathom_gamma_batch_size': 'gamma_B of eq. (15).',
-    'fathom_alpha': 'Smoothing of the previous update (Section 3.3.5).',
-    'fathom_min_learning_rate': 'Lower bound on the client learning rate.',
-    'fathom_max_learning_rate': 'Upper bound on the client learning rate '
-                                '(default: the task\'s, 0.5 EMNIST, 1.0 SO).',
-    'fathom_min_epochs': 'Lower bound on E.',
-    'fathom_max_epochs': 'Upper bound on E.',
-    'fathom_min_batch_size': 'Lower bound on B.',
-    'fathom_max_batch_size': 'Upper bound on B.',
-    'fathom_g_includes_learning_rate': 'G_t keeps eq. (12)\'s eta_L factor '
-                                       '(False: the authors\' code).',
-}
-_ALGORITHM_HELP = {
-    **{k: f'FATHOM: {v}' for k, v in _FATHOM_HELP.items()},
-    'fedexp_epsilon': 'FedExP: epsilon of eq. (9) (default: the paper\'s '
-                      'EMNIST value 10^-1).',
-    'fathom_with_fedexp': 'FATHOM with FedExP\'s extrapolated server step.',
-    'fathom_with_fedhyper_g': 'FATHOM with FedHyper-G\'s server learning '
-                              'rate.',
-    'fedhyper_initial_alpha': 'FedHyper: initial global learning rate alpha.',
-    'fedhyper_gamma_alpha': 'FedHyper: alpha stays within [alpha_0 / gamma, '
-                            'alpha_0 * gamma] (eq. 16).',
-    'fedhyper_gamma_beta': 'FedHyper: the client learning rate stays within '
-                           '[beta_0 / gamma, beta_0 * gamma] (eq. 18).',
-    'fedhyper_alpha_hyper_lr': 'FedHyper: factor on the hypergradient of '
-                               'alpha (1: eq. 15 as written).',
-    'fedhyper_beta_hyper_lr': 'FedHyper: factor on the hypergradients of the '
-                              'client learning rate (1: eq. 17 / 20 as '
-                              'written; default: SL the initial client lr, '
-                              'as the authors\' code, CL 1e-3).',
-    'adabest_beta': 'AdaBest: beta of the server estimate h = beta '
-                    '(theta_bar^{t-1} - theta_bar^t).',
-    'adabest_mu': 'AdaBest: mu of the client estimate (the paper fixes 0.02).',
-}
-_DEFINE = {float: flags.DEFINE_float, bool: flags.DEFINE_bool}
-_ALGORITHM_FLAGS = {}
-for _field in dataclasses.fields(config_lib.ExperimentConfig):
-  if _field.name in _ALGORITHM_HELP:
-    _kind = bool if isinstance(_field.default, bool) else float
-    _ALGORITHM_FLAGS[_field.name] = _DEFINE[_kind](
-        _field.name, _field.default, _ALGORITHM_HELP[_field.name])
+
+def _define_option_flags() -> dict[str, flags.FlagHolder]:
+  """One flag per field of every registered algorithm's options."""
+  define = {float: flags.DEFINE_float, int: flags.DEFINE_integer,
+            bool: flags.DEFINE_bool, str: flags.DEFINE_string}
+  holders = {}
+  for kind in registry.option_types():
+    types = kind.field_types()
+    for field in kind.fields():
+      name = kind.flag(field.name)
+      holders[name] = define[types[field.name]](
+          name, field.default, field.metadata.get('help', ''))
+  return holders
+
+
+_OPTION_FLAGS = _define_option_flags()
 
 
 def config_from_flags() -> config_lib.ExperimentConfig:
-  return config_lib.ExperimentConfig(
+  return registry.make_config(
       task=_TASK.value, algorithm=_ALGORITHM.value,
       total_rounds=_ROUNDS.value, clients_per_round=_CLIENTS.value,
       client_learning_rate=_CLIENT_LR.value, client_batch_size=_BATCH.value,
@@ -156,8 +125,7 @@ def config_from_flags() -> config_lib.ExperimentConfig:
       emnist_invert_pixels=_INVERT.value,
       early_stop_accuracy=_STOP_ACCURACY.value,
       early_stop_evals=_STOP_EVALS.value,
-      fathom_step_rounding=_STEP_ROUNDING.value,
-      **{name: holder.value for name, holder in _ALGORITHM_FLAGS.items()})
+      **{name: holder.value for name, holder in _OPTION_FLAGS.items()})
 
 
 def main(argv: list[str]) -> int:

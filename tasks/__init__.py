@@ -55,20 +55,24 @@ def defaults(name: str, algorithm: str = 'fedavg') -> dict[str, object]:
 
 
 def resolve_config(config):
-  """`tff_hpo.config.resolve` with this registry's names and defaults."""
+  """`tff_hpo.config.resolve` with this registry's tasks and defaults and the
+  algorithm registry."""
   from tff_hpo import config as config_lib  # pylint: disable=g-import-not-at-top
+  from tff_hpo.algorithms import registry  # pylint: disable=g-import-not-at-top
+  resolve = lambda c, d: config_lib.resolve(
+      c, tuple(TASKS), d, registry.SPECS, registry.option_types())
   if config.task not in TASKS:
-    return config_lib.resolve(config, tuple(TASKS), {})
+    return resolve(config, {})
   task_defaults = TASKS[config.task].DEFAULTS
-  if (config.algorithm in config_lib.FEDOPT and config.algorithm != 'fedavg'
+  spec = registry.SPECS.get(config.algorithm)
+  if (spec is not None and spec.server_optimizer not in (None, 'sgd')
       and config.algorithm not in task_defaults.tuned):
     for flag in ('client_learning_rate', 'server_learning_rate'):
       if getattr(config, flag) is None:
         raise config_lib.ConfigError(
             f'--{flag}: expected a value; no tuned {config.algorithm} '
             f'setting is recorded for --task={config.task}')
-  return config_lib.resolve(config, tuple(TASKS),
-                            defaults(config.task, config.algorithm))
+  return resolve(config, defaults(config.task, config.algorithm))
 
 
 def load(name: str, *, batch_size: int, epochs: int,

@@ -9,11 +9,12 @@ import pytest
 
 import tasks
 from tff_hpo import config as config_lib
+from tff_hpo.algorithms import registry
 
 
 def _resolve(tmp_path, **kw):
-  cfg = config_lib.ExperimentConfig(output_root=str(tmp_path / 'runs'),
-                                    offline_data_dir='', **kw)
+  cfg = registry.make_config(output_root=str(tmp_path / 'runs'),
+                             offline_data_dir='', **kw)
   return tasks.resolve_config(cfg)
 
 

@@ -11,7 +11,8 @@ from absl import flags
 
 import run_experiment  # Defines the flags.
 import tasks
-from tff_hpo import config as config_lib
+from tff_hpo.algorithms import fathom
+from tff_hpo.algorithms import registry
 from tests.conftest import ROOT
 
 FLAGFILES = sorted(
@@ -31,15 +32,16 @@ def test_flagfile_resolves(path, tmp_path, monkeypatch):
     cfg = tasks.resolve_config(cfg)
   finally:
     flags.FLAGS.unparse_flags()
-  assert cfg.algorithm in config_lib.ALGORITHMS
+  assert cfg.algorithm in registry.SPECS
   name = os.path.basename(path)
   authors = 'table1_authors' in path
   if 'table1' in path:
     prefix = 'authors_' if authors else 'table1_'
     assert cfg.experiment_name == prefix + name.removesuffix('.cfg')
     # The authors' FedJAX pipeline, or the paper as written on TFF's task.
-    assert cfg.fathom_step_rounding == ('ceil' if authors else 'floor')
-    assert cfg.fathom_g_includes_learning_rate is not authors
+    options = cfg.option(fathom.FathomOptions)
+    assert options.step_rounding == ('ceil' if authors else 'floor')
+    assert options.g_includes_learning_rate is not authors
     assert cfg.emnist_invert_pixels is (authors and cfg.task == 'emnist_cr')
     if 'lr0.05' in name:
       assert cfg.client_learning_rate == 0.05

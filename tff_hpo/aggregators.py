@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import collections
-
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_hpo import extrapolation
+from tff_hpo import server_steps
 from tff_hpo import tree_math
 
 
@@ -21,12 +19,10 @@ class FedExPMeanFactory(tff.aggregators.UnweightedAggregationFactory):
   """
 
   def __init__(self, epsilon: float):
-    if not epsilon >= 0:
-      raise ValueError(f'FedExP epsilon: expected >= 0, got {epsilon}')
-    self._epsilon = epsilon
+    self._rule = server_steps.FedExPStep(epsilon)  # Validates epsilon.
 
   def create(self, value_type) -> tff.templates.AggregationProcess:
-    epsilon = self._epsilon
+    rule = self._rule
 
     @tff.tensorflow.computation(value_type)
     def squared_norm(update):
@@ -35,13 +31,12 @@ class FedExPMeanFactory(tff.aggregators.UnweightedAggregationFactory):
 
     @tff.tensorflow.computation(value_type, tf.float32)
     def extrapolate(mean_update, mean_squared_norm):
-      mean_norm = tree_math.norm(mean_update)
-      step = extrapolation.fedexp_server_step(
-          mean_squared_norm, mean_norm * mean_norm, epsilon)
+      # The rule FATHOM and SCAFFOLD-ExP apply too: eta_g defined once.
+      step, _, measurements = rule.next((), mean_update, None,
+                                        mean_squared_norm)
       scaled = tf.nest.map_structure(lambda t: step * t, mean_update)
-      return scaled, collections.OrderedDict(
-          server_step=step, mean_client_update_squared_norm=mean_squared_norm,
-          mean_update_norm=mean_norm)
+      measurements['mean_update_norm'] = tree_math.norm(mean_update)
+      return scaled, measurements
 
     @tff.federated_computation
     def initialize():

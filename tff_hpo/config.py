@@ -10,16 +10,9 @@ import dataclasses
 import json
 import os
 import tempfile
-from typing import Optional
+from typing import Any, Mapping, Optional
 
 SERVER_OPTIMIZERS = ('sgd', 'sgdm', 'adam', 'yogi', 'adagrad')
-# Reddi et al.'s FedOpt family: FedAvg with the named server optimizer.
-FEDOPT = {'fedavg': 'sgd', 'fedavgm': 'sgdm', 'fedadam': 'adam',
-          'fedyogi': 'yogi', 'fedadagrad': 'adagrad'}
-FEDHYPER = ('fedhyper_g', 'fedhyper_sl', 'fedhyper_cl', 'fedhyper_g_cl')
-STATEFUL_CLIENTS = ('scaffold', 'scaffold_exp', 'adabest')
-ALGORITHMS = (*FEDOPT, 'fathom', 'fedexp', *FEDHYPER, *STATEFUL_CLIENTS)
-STEP_ROUNDINGS = ('floor', 'ceil')
 
 
 class ConfigError(ValueError):
@@ -60,46 +53,32 @@ class ExperimentConfig:
   # evaluations are recorded (None: train to total_rounds).
   early_stop_accuracy: Optional[float] = None
   early_stop_evals: int = 3
-  # FATHOM (Algorithm 1's inputs; bounds of the authors' released code).
-  fathom_gamma_learning_rate: float = 0.01
-  fathom_gamma_epochs: float = 0.01
-  fathom_gamma_batch_size: float = 0.1
-  fathom_alpha: float = 0.5
-  fathom_min_learning_rate: float = 1e-6
-  fathom_max_learning_rate: Optional[float] = None  # The task's.
-  fathom_min_epochs: float = 1e-3
-  fathom_max_epochs: float = 10.0
-  fathom_min_batch_size: float = 1.0
-  fathom_max_batch_size: float = 5096.0
-  fathom_g_includes_learning_rate: bool = True
-  # K_i = floor(nu_i E / B) as the paper writes it, or ceil as the authors'
-  # code computes it.
-  fathom_step_rounding: str = 'floor'
-  # FedExP (the paper's tuned EMNIST value, with client lr 10^-0.5).
-  fedexp_epsilon: float = 0.1
-  # FATHOM's client adaptation with another method's server step.
-  fathom_with_fedexp: bool = False
-  fathom_with_fedhyper_g: bool = False
-  # FedHyper (Section 3; gamma_alpha = 3 and gamma_beta = 10 as in the paper).
-  fedhyper_initial_alpha: float = 1.0
-  fedhyper_gamma_alpha: float = 3.0
-  fedhyper_gamma_beta: float = 10.0
-  fedhyper_alpha_hyper_lr: float = 1.0
-  # None: SL uses the initial client lr (the authors' lr_0 (1 + sum of dots)),
-  # CL 1e-3 (our FEMNIST sweep; eq. 20's factor 1 diverges on the CNN).
-  fedhyper_beta_hyper_lr: Optional[float] = None
-  # AdaBest (supplementary Algorithm 2): mu fixed at 0.02 as in the paper;
-  # beta its tuned value, 0.9 within Section D.6's range for low
-  # participation.
-  adabest_beta: float = 0.9
-  adabest_mu: float = 0.02
+  # The algorithms' own settings: instances of their `spec.Options`
+  # dataclasses (e.g. `fathom.FathomOptions(gamma_batch_size=0.05)`); a
+  # family left out takes its defaults. Field x of family p is flag --p_x.
+  options: tuple[Any, ...] = ()
+
+  def option(self, kind: type) -> Any:
+    """This config's options of dataclass `kind` (its defaults if unset)."""
+    for value in self.options:
+      if isinstance(value, kind):
+        return value
+    return kind()
+
+  def flat(self) -> dict[str, Any]:
+    """Every setting under its flag name, options included (config.json)."""
+    out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+           if f.name != 'options'}
+    for value in self.options:
+      out.update(value.flat())
+    return out
 
   @property
   def run_dir(self) -> str:
     return os.path.join(self.output_root, self.experiment_name)
 
   def to_json(self) -> str:
-    return json.dumps(dataclasses.asdict(self), indent=1, sort_keys=True)
+    return json.dumps(self.flat(), indent=1, sort_keys=True)
 
 
 def _require(ok: bool, flag: str, expected: str, got: object) -> None:
@@ -123,19 +102,43 @@ def _check_writable_root(path: str) -> None:
         f'--output_root: cannot write under {probe!r}: {e.strerror}') from e
 
 
+def _with_options(config: ExperimentConfig, option_types: tuple[type, ...],
+                  defaults: Mapping[str, object]) -> ExperimentConfig:
+  """One options instance per family, unset (None) fields from `defaults`."""
+  filled = []
+  for kind in option_types:
+    value = config.option(kind)
+    missing = {f.name: defaults[value.flag(f.name)] for f in kind.fields()
+               if getattr(value, f.name) is None
+               and value.flag(f.name) in defaults}
+    filled.append(dataclasses.replace(value, **missing) if missing else value)
+  unknown = [type(v).__name__ for v in config.options
+             if not isinstance(v, option_types)]
+  _require(not unknown, 'algorithm', 'options of registered algorithms',
+           unknown)
+  return dataclasses.replace(config, options=tuple(filled))
+
+
 def resolve(config: ExperimentConfig, task_names: tuple[str, ...],
-            defaults: dict[str, object]) -> ExperimentConfig:
-  """Fills task defaults into unset fields and validates every setting."""
+            defaults: Mapping[str, object], algorithms: Mapping[str, Any],
+            option_types: tuple[type, ...]) -> ExperimentConfig:
+  """Fills task defaults into unset fields and validates every setting.
+
+  `algorithms` maps names to `AlgorithmSpec`s; `option_types` are the
+  registered options dataclasses.
+  """
   _require(config.task in task_names, 'task', f'one of {task_names}',
            config.task)
-  _require(config.algorithm in ALGORITHMS, 'algorithm',
-           f'one of {ALGORITHMS}', config.algorithm)
-  implied = FEDOPT.get(config.algorithm)
+  names = tuple(algorithms)
+  _require(config.algorithm in algorithms, 'algorithm', f'one of {names}',
+           config.algorithm)
+  spec = algorithms[config.algorithm]
+  implied = spec.server_optimizer
   if config.server_optimizer is None:
     config = dataclasses.replace(config, server_optimizer=implied or 'sgd')
   _require(config.server_optimizer in SERVER_OPTIMIZERS, 'server_optimizer',
            f'one of {SERVER_OPTIMIZERS}', config.server_optimizer)
-  if implied and config.algorithm != 'fedavg':
+  if implied and implied != 'sgd':
     _require(config.server_optimizer == implied, 'server_optimizer',
              f'{implied!r} (or unset) with --algorithm={config.algorithm}',
              config.server_optimizer)
@@ -144,6 +147,7 @@ def resolve(config: ExperimentConfig, task_names: tuple[str, ...],
   if not config.experiment_name:
     filled['experiment_name'] = f'{config.task}_{config.algorithm}_s{config.seed}'
   config = dataclasses.replace(config, **filled)
+  config = _with_options(config, option_types, defaults)
 
   for flag in ('total_rounds', 'clients_per_round', 'client_batch_size',
                'client_epochs', 'rounds_per_eval', 'rounds_per_checkpoint'):
@@ -154,9 +158,6 @@ def resolve(config: ExperimentConfig, task_names: tuple[str, ...],
            'a non-negative integer', config.seed)
   _require(not config.emnist_invert_pixels or config.task == 'emnist_cr',
            'emnist_invert_pixels', 'only with --task=emnist_cr', config.task)
-  _require(config.fathom_step_rounding in STEP_ROUNDINGS,
-           'fathom_step_rounding', f'one of {STEP_ROUNDINGS}',
-           config.fathom_step_rounding)
   _require(config.early_stop_accuracy is None or
            0 < config.early_stop_accuracy <= 1, 'early_stop_accuracy',
            'an accuracy in (0, 1] (or unset)', config.early_stop_accuracy)
@@ -193,54 +194,16 @@ def resolve(config: ExperimentConfig, task_names: tuple[str, ...],
     _require(os.path.isdir(config.offline_data_dir), 'offline_data_dir',
              'an existing directory (or "" to let TFF download)',
              config.offline_data_dir)
-  for low, high in (('fathom_min_learning_rate', 'fathom_max_learning_rate'),
-                    ('fathom_min_epochs', 'fathom_max_epochs'),
-                    ('fathom_min_batch_size', 'fathom_max_batch_size')):
-    lo, hi = getattr(config, low), getattr(config, high)
-    _require(0 < lo <= hi, low, f'0 < --{low} <= --{high} ({hi})', lo)
-  for flag in ('fathom_gamma_learning_rate', 'fathom_gamma_epochs',
-               'fathom_gamma_batch_size'):
-    _require(getattr(config, flag) >= 0, flag, 'a non-negative rate',
-             getattr(config, flag))
-  _require(0 <= config.fathom_alpha < 1, 'fathom_alpha', 'in [0, 1)',
-           config.fathom_alpha)
-  if config.algorithm == 'fathom':
-    _require(config.fathom_min_learning_rate <= config.client_learning_rate
-             <= config.fathom_max_learning_rate, 'client_learning_rate',
-             'within [--fathom_min_learning_rate, --fathom_max_learning_rate]',
-             config.client_learning_rate)
-  _require(config.fedexp_epsilon >= 0, 'fedexp_epsilon', 'a number >= 0',
-           config.fedexp_epsilon)
-  _require(not (config.fathom_with_fedexp and config.fathom_with_fedhyper_g),
-           'fathom_with_fedhyper_g', 'not together with --fathom_with_fedexp',
-           True)
-  if config.fathom_with_fedexp or config.fathom_with_fedhyper_g:
-    _require(config.algorithm == 'fathom', 'algorithm',
-             '"fathom" with --fathom_with_fedexp / --fathom_with_fedhyper_g',
-             config.algorithm)
-  _require(config.fedhyper_initial_alpha > 0, 'fedhyper_initial_alpha',
-           'a positive number', config.fedhyper_initial_alpha)
-  for flag in ('fedhyper_gamma_alpha', 'fedhyper_gamma_beta'):
-    _require(getattr(config, flag) >= 1, flag, 'a bound factor >= 1',
-             getattr(config, flag))
-  for flag in ('fedhyper_alpha_hyper_lr', 'fedhyper_beta_hyper_lr'):
-    value = getattr(config, flag)
-    _require(value is None or value >= 0, flag, 'a non-negative rate', value)
-  _require(0 <= config.adabest_beta <= 1, 'adabest_beta', 'in [0, 1]',
-           config.adabest_beta)
-  _require(config.adabest_mu >= 0, 'adabest_mu', 'a number >= 0',
-           config.adabest_mu)
-  if config.algorithm == 'adabest':
-    # AdaBest's server step is its own (theta = theta_bar - h).
-    _require(config.server_optimizer == 'sgd', 'server_optimizer',
-             '"sgd" with --algorithm=adabest', config.server_optimizer)
-    _require(config.server_learning_rate == 1.0, 'server_learning_rate',
-             '1.0 with --algorithm=adabest', config.server_learning_rate)
-  if config.algorithm in ('fedexp', 'scaffold_exp') or config.fathom_with_fedexp:
-    # FedExP's server step is eta_g itself, applied by server SGD at lr 1.
-    _require(config.server_optimizer == 'sgd', 'server_optimizer',
-             '"sgd" with FedExP\'s server step', config.server_optimizer)
-    _require(config.server_learning_rate == 1.0, 'server_learning_rate',
-             '1.0 with FedExP\'s server step', config.server_learning_rate)
+  for value in config.options:
+    value.check(config)
+  spec.validate(config)
   _check_writable_root(config.output_root)
   return config
+
+
+def require_server_sgd_at_one(config: ExperimentConfig, why: str) -> None:
+  """For algorithms whose server step is their own, applied by SGD at 1."""
+  _require(config.server_optimizer == 'sgd', 'server_optimizer',
+           f'"sgd" with {why}', config.server_optimizer)
+  _require(config.server_learning_rate == 1.0, 'server_learning_rate',
+           f'1.0 with {why}', config.server_learning_rate)

@@ -157,3 +157,11 @@ def server_optimizer(name: str, learning_rate: float, momentum: float = 0.9,
                          beta_2=beta_2,
                          initial_accumulator=initial_accumulator)
   raise ValueError(f'unknown server optimizer {name!r}')
+
+
+def from_config(config) -> tff.learning.optimizers.Optimizer:
+  """The server optimizer an `ExperimentConfig` names, with its settings."""
+  return server_optimizer(
+      config.server_optimizer, config.server_learning_rate,
+      config.server_momentum, config.server_epsilon, config.server_beta_2,
+      config.server_initial_accumulator)

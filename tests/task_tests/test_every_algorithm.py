@@ -16,6 +16,7 @@ import pytest
 
 import tasks
 from tff_hpo import config as config_lib
+from tff_hpo.algorithms import registry
 from tff_hpo import experiment
 from tests.conftest import SHARED_DATA
 
@@ -42,7 +43,7 @@ def cached_loads():
 
 
 @pytest.mark.parametrize('task', sorted(tasks.TASKS))
-@pytest.mark.parametrize('algorithm', config_lib.ALGORITHMS)
+@pytest.mark.parametrize('algorithm', sorted(registry.SPECS))
 def test_two_rounds(tmp_path, cache_dir, cached_loads, monkeypatch, task,
                     algorithm):
   monkeypatch.setattr(tasks, 'load', cached_loads)

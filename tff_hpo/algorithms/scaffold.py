@@ -16,17 +16,21 @@ a client whose update is not finite keeps c_i and carries no weight.
 from __future__ import annotations
 
 import collections
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_hpo import config as config_lib
 from tff_hpo import control_variates
 from tff_hpo import local_training
+from tff_hpo import optimizers
 from tff_hpo import server_steps
 from tff_hpo import tree_math
+from tff_hpo.algorithms import fedexp
 from tff_hpo.algorithms import process_parts
+from tff_hpo.algorithms import spec
 from tff_hpo.algorithms import stateful_clients
 
 
@@ -198,3 +202,33 @@ def build_scaffold(
       initialize_fn, next_fn, state_type, weights_type,
       lambda: collections.OrderedDict(
           control=stateful_clients.zero_trainable(weights_type)))
+
+
+def _builder(with_fedexp: bool) -> spec.Builder:
+  def build(config: config_lib.ExperimentConfig, model_fn: Callable[[], Any],
+            num_train_clients: int) -> stateful_clients.StatefulClientsProcess:
+    step = server_steps.ServerStep()
+    if with_fedexp:
+      step = server_steps.FedExPStep(
+          config.option(fedexp.FedExPOptions).epsilon)
+    return build_scaffold(
+        model_fn, config.client_learning_rate, float(config.client_epochs),
+        float(config.client_batch_size), num_train_clients,
+        optimizers.from_config(config), step,
+        clip_norm=config.client_gradient_clip_norm)
+  return build
+
+
+SPECS = (
+    spec.AlgorithmSpec(
+        name='scaffold', help='SCAFFOLD (option II): control variates '
+        'correct client drift.', build=_builder(False),
+        per_example_data=True),
+    spec.AlgorithmSpec(
+        name='scaffold_exp', help='SCAFFOLD-ExP: SCAFFOLD with FedExP\'s '
+        'extrapolated server step.', build=_builder(True),
+        per_example_data=True, eval_average_of_last_two=lambda c: True,
+        options=(fedexp.FedExPOptions,),
+        validate=lambda c: config_lib.require_server_sgd_at_one(
+            c, 'FedExP\'s server step')),
+)

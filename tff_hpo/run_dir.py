@@ -1,0 +1,68 @@
+"""A run's directory: its config, dataset label and released evaluations.
+
+`<output_root>/<experiment_name>/` holds config.json (every setting under its
+flag name), dataset.txt, metrics.csv, tensorboard/, checkpoints/ and, for
+stateful clients, client_states/. A directory that exists must hold the same
+settings, except those a resumed run may change.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from typing import Any, Mapping
+
+from tff_hpo import config as config_lib
+
+METRICS_CSV = 'metrics.csv'
+CONFIG_JSON = 'config.json'
+CLIENT_STATES_DIR = 'client_states'  # <round>.npz beside each checkpoint.
+# Settings a resumed run may change: they do not alter the trajectory.
+RESUMABLE_CHANGES = frozenset({
+    'total_rounds', 'rounds_per_eval', 'rounds_per_checkpoint', 'cache_dir',
+    'offline_data_dir', 'output_root', 'early_stop_accuracy',
+    'early_stop_evals'})
+
+
+def prepare(config: config_lib.ExperimentConfig, dataset_label: str,
+            defaults: Mapping[str, Any]) -> bool:
+  """Creates or checks the run dir; returns True if this call created it.
+
+  `defaults` (every setting's default, by flag name) stand in for settings
+  added since an existing run began, so runs of older versions resume.
+  """
+  run_dir = config.run_dir
+  config_path = os.path.join(run_dir, CONFIG_JSON)
+  if os.path.exists(config_path):
+    with open(config_path) as f:
+      saved = json.load(f)
+    now = config.flat()
+    changed = sorted(k for k in now if k not in RESUMABLE_CHANGES and
+                     saved.get(k, defaults.get(k)) != now[k])
+    if changed:
+      raise config_lib.ConfigError(
+          f'--experiment_name: {run_dir} holds a run with different '
+          f'settings ({", ".join(changed)}); pick another name')
+    return False
+  created = not os.path.exists(run_dir)
+  os.makedirs(run_dir, exist_ok=True)
+  tmp = config_path + '.tmp'
+  with open(tmp, 'w') as f:
+    f.write(config.to_json())
+  os.replace(tmp, config_path)
+  with open(os.path.join(run_dir, 'dataset.txt'), 'w') as f:
+    f.write(dataset_label + '\n')
+  return created
+
+
+def released_evaluations(run_dir: str, last_round: int) -> list[float]:
+  """Eval accuracies already in metrics.csv up to `last_round`, in order."""
+  path = os.path.join(run_dir, METRICS_CSV)
+  if not last_round or not os.path.exists(path):
+    return []
+  with open(path) as f:
+    rows = [r for r in csv.DictReader(f)
+            if int(r['round']) <= last_round and r.get('eval/accuracy')]
+  return [float(r['eval/accuracy'])
+          for r in sorted(rows, key=lambda r: int(r['round']))]

@@ -1,0 +1,84 @@
+"""Everything a run needs, built from one `ExperimentConfig`: the task, the
+learning process, the clients' round runner, the sampler and the evaluator.
+
+Wiring only; `experiment.py` loops over what this returns.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any, Callable, Optional
+
+import tensorflow as tf
+
+from tff_hpo import client_states
+from tff_hpo import communication
+from tff_hpo import config as config_lib
+from tff_hpo import evaluation
+from tff_hpo import run_dir
+from tff_hpo.algorithms import registry
+from tff_hpo.algorithms import spec as spec_lib
+from tff_hpo.algorithms import stateful_clients
+
+
+@dataclasses.dataclass
+class Wiring:
+  config: config_lib.ExperimentConfig
+  spec: spec_lib.AlgorithmSpec
+  task: Any  # tasks.LoadedTask
+  process: Any  # LearningProcess or StatefulClientsProcess
+  # `round(state, client_ids) -> (state, metrics)`, `save`, `restore`, ...
+  clients: client_states.StatelessClients | client_states.StatefulClients
+  sample: Callable[[int, int], list[str]]  # (round, how many) -> client ids.
+  evaluator: evaluation.Evaluator
+  host_communication: Optional[communication.PerClient]
+  average_last_two: bool  # Evaluate the average of the last two iterates.
+
+
+def build(config: config_lib.ExperimentConfig) -> Wiring:
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  import tasks  # pylint: disable=g-import-not-at-top
+
+  spec = registry.SPECS[config.algorithm]
+  tf.random.set_seed(config.seed)
+  task = tasks.load(
+      config.task, batch_size=config.client_batch_size,
+      epochs=config.client_epochs,
+      max_examples=config.max_examples_per_client,
+      cache_dir=config.cache_dir, offline_data_dir=config.offline_data_dir,
+      seed=config.seed, per_example=spec.per_example_data,
+      invert_pixels=config.emnist_invert_pixels)
+  data = task.baseline.datasets
+  if spec.per_example_data:
+    train = data.train_data.preprocess(
+        lambda ds: data.train_preprocess_fn(ds).unbatch())
+  else:
+    train = data.train_data.preprocess(data.train_preprocess_fn)
+  if config.clients_per_round > len(train.client_ids):
+    raise config_lib.ConfigError(
+        f'--clients_per_round: expected at most {len(train.client_ids)} '
+        f'(the train clients of {config.task}), got '
+        f'{config.clients_per_round}')
+  process = spec.build(config, task.model_fn, len(train.client_ids))
+  host_communication = registry.host_side_communication(spec, task.model_fn)
+  if isinstance(process, stateful_clients.StatefulClientsProcess):
+    clients = client_states.StatefulClients(
+        tff.simulation.compose_dataset_computation_with_computation(
+            train.dataset_computation, process.next),
+        process.initial_client_state,
+        os.path.join(config.run_dir, run_dir.CLIENT_STATES_DIR))
+  else:
+    clients = client_states.StatelessClients(
+        tff.simulation.compose_dataset_computation_with_learning_process(
+            train.dataset_computation, process).next)
+  test = data.test_data.preprocess(data.eval_preprocess_fn)
+  return Wiring(
+      config=config, spec=spec, task=task, process=process, clients=clients,
+      sample=tff.simulation.build_uniform_sampling_fn(
+          train.client_ids, replace=False, random_seed=config.seed),
+      evaluator=evaluation.Evaluator(task.model_fn, test,
+                                     task.accuracy_metric,
+                                     config.eval_clients, config.seed),
+      host_communication=host_communication,
+      average_last_two=spec.eval_average_of_last_two(config))
