@@ -16,6 +16,8 @@ $(STAMP): requirements.txt requirements-tff.txt
 	$(PY) -m pip install -q --disable-pip-version-check -r requirements.txt
 	$(PY) -m pip install -q --disable-pip-version-check --no-deps -r requirements-tff.txt
 	$(PY) -m tff_hpo.runtime --self-check
+	# The notebooks' kernel: this venv's Python, as "tff_hpo (.venv)".
+	$(PY) -m ipykernel install --user --name tff_hpo --display-name "tff_hpo (.venv)" >/dev/null
 	touch $@
 
 # Converts ../shared/datasets into TFF's cache files (idempotent, atomic).

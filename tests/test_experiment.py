@@ -98,25 +98,6 @@ def test_fathom_learns_and_adapts_on_femnist_subset(tmp_path, cache_dir):
   assert all(float(r['process/cost/local_steps_max']) >= 1 for r in rows)
 
 
-def test_fedexp_learns_on_femnist_subset(tmp_path, cache_dir):
-  # Measured here (seed 0, client lr 0.1, epsilon 0.1, inverted pixels): eval
-  # accuracy (average of the last two iterates) 0.503 after 10 rounds. With
-  # TFF's pixels, the paper's client lr 10^-0.5 and no gradient clipping it
-  # stayed near 0.07 for 30 rounds (FedAvg at that lr: 0.48), so this test
-  # uses 0.1; with the paper's clipping it learns at 10^-0.5
-  # (fedexp_paper_lr_clipped: 0.587 after 10 rounds).
-  cfg = _config(tmp_path, cache_dir, algorithm='fedexp', total_rounds=10,
-                client_learning_rate=0.1, rounds_per_eval=10,
-                rounds_per_checkpoint=10, experiment_name='fedexp_learns',
-                emnist_invert_pixels=True)
-  experiment.Experiment(cfg, out=io.StringIO()).run()
-  rows = _rows(cfg)
-  print(f'\nLEARNING fedexp: eval accuracy {float(rows[-1]["eval/accuracy"]):.4f}')
-  assert float(rows[-1]['eval/accuracy']) > BAR
-  steps = [float(r['process/aggregator/server_step']) for r in rows]
-  assert min(steps) >= 1.0 and max(steps) > 1.0
-
-
 # Each algorithm, at its defaults for EMNIST unless noted, 10 rounds of 10
 # clients (seed 0, inverted pixels), evaluated on 100 test clients; BAR sits
 # well under what each reached here (listed in the README).
@@ -130,8 +111,9 @@ LEARNING = {
     'fathom+fedexp': {'algorithm': 'fathom', 'fathom_with_fedexp': True},
     'fathom+fedhyper_g': {'algorithm': 'fathom',
                           'fathom_with_fedhyper_g': True},
-    # The FedExP paper's EMNIST values with its gradient clipping: without
-    # the clip this stays near 0.07 (see test_fedexp_learns_on_femnist_subset).
+    # FedExP at the paper's EMNIST values with its gradient clipping (0.587
+    # after 10 rounds); without the clip it stayed near 0.07 for 30 rounds
+    # (FedAvg at that lr: 0.48), at client lr 0.1 it reached 0.503.
     'fedexp_paper_lr_clipped': {'algorithm': 'fedexp',
                                 'client_learning_rate': 10**-0.5,
                                 'client_gradient_clip_norm': 10.0},
@@ -153,6 +135,9 @@ def test_each_algorithm_learns_on_femnist_subset(tmp_path, cache_dir, name):
   assert accuracy > BAR
   assert all(float(r['cost/bytes_broadcast']) > 0 and
              float(r['cost/bytes_uploaded']) > 0 for r in rows)
+  if 'process/aggregator/server_step' in rows[0]:  # FedExP: eta_g >= 1.
+    steps = [float(r['process/aggregator/server_step']) for r in rows]
+    assert min(steps) >= 1.0 and max(steps) > 1.0
 
 
 def test_fedexp_evaluates_the_average_of_the_last_two_iterates(tmp_path,

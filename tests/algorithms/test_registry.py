@@ -81,6 +81,23 @@ def test_a_new_algorithm_needs_one_file_and_one_entry(tmp_path, toy):
     np.testing.assert_allclose(a, b, rtol=1e-6)
 
 
+@pytest.mark.parametrize('settings', [
+    {'algorithm': name} for name in sorted(registry.SPECS)] + [
+        {'algorithm': 'fathom', 'fathom_with_fedexp': True},
+        {'algorithm': 'fathom', 'fathom_with_fedhyper_g': True}],
+    ids=lambda s: '+'.join(str(v) for v in s.values()))
+def test_every_spec_builds_a_process(tmp_path, settings):
+  # The task only supplies defaults here; the model is the linear one.
+  cfg = _resolve(tmp_path, task='emnist_cr', **settings)
+  process = registry.build(cfg, linear_model.model_fn, num_train_clients=10)
+  state = process.initialize()
+  assert process.get_model_weights(state).trainable
+  hparams = round_metrics.flatten(process.get_hparams(state))
+  if registry.SPECS[cfg.algorithm].progress:  # Adapted: in server state.
+    assert hparams['client_learning_rate'] == pytest.approx(
+        cfg.client_learning_rate)
+
+
 def test_register_refuses_a_taken_name(toy):
   with pytest.raises(ValueError, match='already registered'):
     registry.register(toy_algorithm.SPEC)

@@ -1,0 +1,24 @@
+"""The public names in `tff_hpo` resolve, and nothing else pretends to."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+import tff_hpo
+
+
+@pytest.mark.parametrize('name', tff_hpo.__all__)
+def test_every_public_name_resolves_and_is_documented(name):
+  assert callable(getattr(tff_hpo, name))
+  assert name in tff_hpo.__doc__
+
+
+def test_unknown_name_is_an_attribute_error():
+  with pytest.raises(AttributeError, match='no attribute'):
+    tff_hpo.train_everything  # pylint: disable=pointless-statement
+
+
+if __name__ == '__main__':  # Lets Bazel's py_test run the file.
+  sys.exit(pytest.main([__file__, '-q']))

@@ -1,0 +1,75 @@
+"""The notebooks run top to bottom in a real Jupyter kernel (this Python),
+with tiny parameters, and leave no TFF worker behind."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import time
+
+import nbclient
+import nbformat
+import psutil
+import pytest
+
+from tests.conftest import ROOT
+from tests.conftest import worker_processes
+
+pytestmark = pytest.mark.slow
+NOTEBOOKS = os.path.join(ROOT, 'notebooks')
+
+
+def _execute(name: str, **parameters) -> nbformat.NotebookNode:
+  """Runs notebooks/<name> in a fresh kernel, `parameters` appended to its
+  cell tagged 'parameters' (as papermill does)."""
+  nb = nbformat.read(os.path.join(NOTEBOOKS, name), as_version=4)
+  cell = next(c for c in nb.cells
+              if 'parameters' in c.metadata.get('tags', []))
+  cell.source += '\n# Set by the test:\n' + '\n'.join(
+      f'{k} = {v!r}' for k, v in parameters.items())
+  nbclient.NotebookClient(
+      nb, timeout=1800, kernel_name='python3',
+      resources={'metadata': {'path': NOTEBOOKS}}).execute()
+  return nb
+
+
+def _outputs(nb, kind: str) -> list:
+  return [o for c in nb.cells if c.cell_type == 'code'
+          for o in c.get('outputs', []) if kind in o.get('data', {})]
+
+
+def test_quickstart_trains_both_algorithms_and_plots(tmp_path, cache_dir):
+  del cache_dir  # Converted data: the notebook reads TFF's cache files.
+  out = tmp_path / 'runs'
+  nb = _execute('quickstart.ipynb', ROUNDS=2, CLIENTS_PER_ROUND=2,
+                EVAL_CLIENTS=3, ROUNDS_PER_EVAL=1, MAX_EXAMPLES_PER_CLIENT=20,
+                OUTPUT_ROOT=str(out))
+  for algorithm in ('fedavg', 'fathom'):
+    with open(out / f'quickstart_{algorithm}_s0' / 'metrics.csv') as f:
+      assert len(f.read().strip().splitlines()) == 1 + 2  # Header, 2 rounds.
+  assert _outputs(nb, 'image/png'), 'no plot was drawn'
+  # The kernel has exited; the TFF worker it started must be gone too.
+  text = ''.join(o.get('text', '') for c in nb.cells if c.cell_type == 'code'
+                 for o in c.get('outputs', []))
+  found = re.search(r'kernel pid (\d+) \| worker pid (\d+)', text)
+  assert found, text
+  kernel, worker = int(found.group(1)), int(found.group(2))
+  deadline = time.time() + 30
+  while time.time() < deadline and psutil.pid_exists(worker):
+    time.sleep(0.5)
+  assert not psutil.pid_exists(worker), f'kernel {kernel} left worker {worker}'
+  assert not [p for p in worker_processes() if p.ppid() == kernel]
+
+
+def test_results_draws_table_and_figures_without_training():
+  before = {p.pid for p in worker_processes()}
+  nb = _execute('results.ipynb')
+  tables = [o['data']['text/markdown'] for o in _outputs(nb, 'text/markdown')]
+  assert any(t.startswith('| row | target |') for t in tables), tables
+  assert _outputs(nb, 'image/png'), 'no figure was shown'
+  assert {p.pid for p in worker_processes()} <= before
+
+
+if __name__ == '__main__':
+  sys.exit(pytest.main([__file__, '-q']))
