@@ -6,23 +6,27 @@ PY := $(VENV)/bin/python
 SHARED ?= ../shared/datasets
 CACHE ?= .cache/tff
 STAMP := $(VENV)/.installed
+# Set-up steps import TensorFlow: keep its C++ start-up lines (CUDA probing
+# on a CPU machine) out of the output. Training and tests keep TF's errors.
+QUIET := TF_CPP_MIN_LOG_LEVEL=3
 
 .PHONY: setup data run test test-fast benchmark clean
 
+# Set-up also registers this venv's Python as the notebooks' Jupyter kernel,
+# "tff_hpo (.venv)".
 setup: $(STAMP)
 
 $(STAMP): requirements.txt requirements-tff.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check -r requirements.txt
 	$(PY) -m pip install -q --disable-pip-version-check --no-deps -r requirements-tff.txt
-	$(PY) -m tff_hpo.runtime --self-check
-	# The notebooks' kernel: this venv's Python, as "tff_hpo (.venv)".
+	$(QUIET) $(PY) -m tff_hpo.runtime --self-check
 	$(PY) -m ipykernel install --user --name tff_hpo --display-name "tff_hpo (.venv)" >/dev/null
 	touch $@
 
 # Converts ../shared/datasets into TFF's cache files (idempotent, atomic).
 data: setup
-	$(PY) -m tasks.offline.prepare --source_dir=$(SHARED) --cache_dir=$(CACHE)
+	$(QUIET) $(PY) -m tasks.offline.prepare --source_dir=$(SHARED) --cache_dir=$(CACHE)
 
 # The main job: FedAvg on the offline FEMNIST subset with the default flags.
 run: data

@@ -128,6 +128,18 @@ def config_from_flags() -> config_lib.ExperimentConfig:
       **{name: holder.value for name, holder in _OPTION_FLAGS.items()})
 
 
+def _where_outputs_are(run_dir: str) -> str:
+  python = os.path.relpath(sys.executable) if sys.executable else 'python'
+  return '\n'.join([
+      f'metrics:     {os.path.join(run_dir, "metrics.csv")}',
+      f'tensorboard: tensorboard --logdir {os.path.join(run_dir, "tensorboard")}',
+      f'checkpoints: {os.path.join(run_dir, "checkpoints")} (the same command '
+      'resumes; a larger --total_rounds extends)',
+      f'figures:     {python} -m tff_hpo.report --runs={run_dir} '
+      f'--out={os.path.join(run_dir, "accuracy.png")}',
+  ])
+
+
 def main(argv: list[str]) -> int:
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
@@ -141,6 +153,7 @@ def main(argv: list[str]) -> int:
       runtime.install()
       from tff_hpo import experiment  # pylint: disable=g-import-not-at-top
       experiment.Experiment(cfg).run()
+    print(_where_outputs_are(cfg.run_dir))
   except (config_lib.ConfigError, sqlite_cache.SourceDataError) as e:
     print(f'error: {e}', file=sys.stderr)
     return 2

@@ -25,7 +25,7 @@ pytestmark = pytest.mark.slow
 RUNNER = os.path.join(ROOT, 'run_experiment.py')
 
 
-def _start(tmp_path, *flags, cache_dir=None, data_dir=SHARED_DATA):
+def _start(tmp_path, *flags, cache_dir=None, data_dir=SHARED_DATA, env=None):
   cmd = [sys.executable, RUNNER, '--task=emnist_cr', '--total_rounds=3',
          '--rounds_per_eval=100', '--rounds_per_checkpoint=100',
          f'--output_root={tmp_path / "runs"}',
@@ -35,7 +35,8 @@ def _start(tmp_path, *flags, cache_dir=None, data_dir=SHARED_DATA):
   # that; the runner rightly keeps it, so give it the default a user has.
   return subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True,
-                          env={**os.environ, 'PYTHONPATH': ROOT},
+                          env={**os.environ, 'PYTHONPATH': ROOT,
+                               **(env or {})},
                           preexec_fn=_default_sigint)
 
 
@@ -57,7 +58,9 @@ def _assert_gone(workers: list[psutil.Process]) -> None:
 
 
 def test_normal_exit_leaves_no_worker(tmp_path, cache_dir):
-  proc = _start(tmp_path, '--total_rounds=2', '--experiment_name=ok')
+  worker_log = tmp_path / 'worker.log'
+  proc = _start(tmp_path, '--total_rounds=2', '--experiment_name=ok',
+                env={'TFF_HPO_WORKER_LOG': str(worker_log)})
   workers = []
   while proc.poll() is None:
     workers = _workers_of(proc) or workers
@@ -66,7 +69,10 @@ def test_normal_exit_leaves_no_worker(tmp_path, cache_dir):
   assert proc.returncode == 0, err
   assert workers, 'the runner never started a TFF worker'
   assert 'round     2/2' in out
+  assert 'metrics:     ' in out and '-m tff_hpo.report --runs=' in out
   _assert_gone(workers)
+  # The worker said nothing, so its log file is gone too.
+  assert not os.path.exists(worker_log)
 
 
 @pytest.mark.parametrize('sig, code', [(signal.SIGINT, 130),

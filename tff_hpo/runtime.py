@@ -105,14 +105,26 @@ def shutdown() -> None:
   global _worker
   with _lock:
     proc, _worker = _worker, None
-  if proc is None or proc.poll() is not None:
+  if proc is None:
     return
-  proc.terminate()
+  if proc.poll() is None:
+    proc.terminate()
+    try:
+      proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+      proc.kill()
+      proc.wait()
+  _remove_log_if_empty()
+
+
+def _remove_log_if_empty() -> None:
+  """A worker that said nothing leaves no file; one that did keeps it (an
+  error names it)."""
   try:
-    proc.wait(timeout=5)
-  except subprocess.TimeoutExpired:
-    proc.kill()
-    proc.wait()
+    if os.path.getsize(_log_path()) == 0:
+      os.remove(_log_path())
+  except OSError:
+    pass
 
 
 def worker_pid() -> Optional[int]:
