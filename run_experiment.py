@@ -82,6 +82,10 @@ _STOP_ACCURACY = flags.DEFINE_float(
     'early_stop_accuracy', None,
     'Stop once eval accuracy reaches this and --early_stop_evals further '
     'evaluations are recorded (default: train to --total_rounds).')
+_WORKER = flags.DEFINE_string(
+    'worker_binary', '',
+    'TFF worker to run instead of the pip package\'s CPU-only one, e.g. a '
+    'CUDA build (README: Accelerators).')
 _STOP_EVALS = flags.DEFINE_integer(
     'early_stop_evals', 3, 'Evaluations recorded after reaching '
     '--early_stop_accuracy before stopping.')
@@ -125,6 +129,7 @@ def config_from_flags() -> config_lib.ExperimentConfig:
       emnist_invert_pixels=_INVERT.value,
       early_stop_accuracy=_STOP_ACCURACY.value,
       early_stop_evals=_STOP_EVALS.value,
+      worker_binary=_WORKER.value,
       **{name: holder.value for name, holder in _OPTION_FLAGS.items()})
 
 
@@ -150,7 +155,8 @@ def main(argv: list[str]) -> int:
   try:
     cfg = tasks.resolve_config(config_from_flags())
     with run_lock.hold(cfg.run_dir):  # Before building: a busy dir ends here.
-      runtime.install()
+      runtime.install(worker_binary=cfg.worker_binary or None)
+      print(runtime.describe(), flush=True)
       from tff_hpo import experiment  # pylint: disable=g-import-not-at-top
       experiment.Experiment(cfg).run()
     print(_where_outputs_are(cfg.run_dir))

@@ -58,16 +58,30 @@ def _assert_gone(workers: list[psutil.Process]) -> None:
 
 
 def test_normal_exit_leaves_no_worker(tmp_path, cache_dir):
+  # --worker_binary: the stock worker under another path, which must be the
+  # one that runs and the one the start line names.
+  from tff_hpo import runtime  # pylint: disable=g-import-not-at-top
+  override = tmp_path / 'override' / 'worker_binary'
+  override.parent.mkdir()
+  override.symlink_to(runtime.stock_worker_binary())
   worker_log = tmp_path / 'worker.log'
   proc = _start(tmp_path, '--total_rounds=2', '--experiment_name=ok',
+                f'--worker_binary={override}',
                 env={'TFF_HPO_WORKER_LOG': str(worker_log)})
-  workers = []
+  workers, commands = [], set()
   while proc.poll() is None:
     workers = _workers_of(proc) or workers
+    for worker in workers:
+      try:
+        commands.add(worker.cmdline()[0])
+      except psutil.NoSuchProcess:
+        pass
     time.sleep(0.2)
   out, err = proc.communicate()
   assert proc.returncode == 0, err
   assert workers, 'the runner never started a TFF worker'
+  assert commands == {str(override)}
+  assert f'TFF worker: {override} (override) | devices: CPU only' in out
   assert 'round     2/2' in out
   assert 'metrics:     ' in out and '-m tff_hpo.report --runs=' in out
   _assert_gone(workers)

@@ -12,6 +12,8 @@ import os
 import tempfile
 from typing import Any, Mapping, Optional
 
+from tff_hpo import runtime  # Standard library only at import.
+
 SERVER_OPTIMIZERS = ('sgd', 'sgdm', 'adam', 'yogi', 'adagrad')
 
 
@@ -53,6 +55,9 @@ class ExperimentConfig:
   # evaluations are recorded (None: train to total_rounds).
   early_stop_accuracy: Optional[float] = None
   early_stop_evals: int = 3
+  # The TFF worker to run ('' : TFF's pip worker_binary, CPU only); e.g. one
+  # built with CUDA.
+  worker_binary: str = ''
   # The algorithms' own settings: instances of their `spec.Options`
   # dataclasses (e.g. `fathom.FathomOptions(gamma_batch_size=0.05)`); a
   # family left out takes its defaults. Field x of family p is flag --p_x.
@@ -197,6 +202,11 @@ def resolve(config: ExperimentConfig, task_names: tuple[str, ...],
   for value in config.options:
     value.check(config)
   spec.validate(config)
+  if config.worker_binary:
+    problem = runtime.check_worker_binary(config.worker_binary)
+    _require(problem is None, 'worker_binary',
+             f'an executable TFF worker_binary ({problem})',
+             config.worker_binary)
   _check_writable_root(config.output_root)
   return config
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import atexit
 import ctypes
+import mmap
 import os
 import signal
 import subprocess
@@ -45,9 +46,13 @@ _GRPC_OPTIONS = [
 _lock = threading.RLock()
 _worker: Optional[subprocess.Popen] = None
 _installed = False
+_binary: Optional[str] = None  # Set by install(worker_binary=...).
+# Printed by TensorFlow builds without CUDA; the pip worker_binary holds it.
+_NO_CUDA_MARKER = b'TensorFlow was not compiled with CUDA'
 
 
-def worker_binary_path() -> str:
+def stock_worker_binary() -> str:
+  """The worker_binary inside TFF's pip package (a CPU-only build)."""
   import tensorflow_federated  # pylint: disable=g-import-not-at-top
 
   root = os.path.dirname(tensorflow_federated.__file__)
@@ -55,6 +60,48 @@ def worker_binary_path() -> str:
   if not os.path.isfile(path):
     raise RuntimeError(f'TFF worker binary not found at {path}')
   return path
+
+
+def worker_binary_path() -> str:
+  """The worker this process runs: install()'s override, else the stock one."""
+  return _binary or stock_worker_binary()
+
+
+def check_worker_binary(path: str) -> Optional[str]:
+  """None if `path` can be run as a worker, else what is wrong with it."""
+  if not os.path.isfile(path):
+    return 'no such file'
+  if not os.access(path, os.X_OK):
+    return 'not executable'
+  return None
+
+
+def _built_with_cuda(path: str) -> bool:
+  with open(path, 'rb') as f:
+    with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+      return data.find(_NO_CUDA_MARKER) < 0
+
+
+def visible_gpus() -> list[str]:
+  try:
+    listing = subprocess.run(['nvidia-smi', '-L'], capture_output=True,
+                             text=True, timeout=20, check=True).stdout
+  except (OSError, subprocess.SubprocessError):
+    return []
+  return [line.strip() for line in listing.splitlines() if line.strip()]
+
+
+def describe() -> str:
+  """One line: which worker runs and which devices it can use."""
+  path = worker_binary_path()
+  if not _built_with_cuda(path):
+    devices = 'CPU only (its TensorFlow was built without CUDA)'
+  else:
+    gpus = visible_gpus()
+    devices = ('CUDA build; GPUs: ' + '; '.join(gpus) if gpus else
+               'CUDA build, but nvidia-smi lists no GPU: CPU only')
+  kind = 'stock pip worker' if path == stock_worker_binary() else 'override'
+  return f'TFF worker: {path} ({kind}) | devices: {devices}'
 
 
 def _die_with_parent() -> None:
@@ -137,12 +184,27 @@ def _raise_system_exit(signum, frame):  # pylint: disable=unused-argument
   raise SystemExit(128 + signum)
 
 
-def install(default_num_clients: int = 0) -> None:
-  """Makes our worker-owning context TFF's default. Idempotent."""
-  global _installed
+def install(default_num_clients: int = 0,
+            worker_binary: Optional[str] = None) -> None:
+  """Makes our worker-owning context TFF's default. Idempotent.
+
+  `worker_binary` runs instead of TFF's pip worker (which is CPU-only), e.g.
+  one built with CUDA (see the README); it cannot change once installed.
+  """
+  global _installed, _binary
   with _lock:
     if _installed:
+      if worker_binary and os.path.abspath(worker_binary) != os.path.abspath(
+          worker_binary_path()):
+        raise RuntimeError(
+            f'the TFF runtime already runs {worker_binary_path()}; '
+            f'worker_binary={worker_binary!r} needs a new process')
       return
+    if worker_binary:
+      problem = check_worker_binary(worker_binary)
+      if problem:
+        raise ValueError(f'worker_binary {worker_binary!r}: {problem}')
+      _binary = worker_binary
     import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
     from tensorflow_federated.python.core.impl.executor_stacks import python_executor_stacks  # pylint: disable=g-import-not-at-top
     from tensorflow_federated.python.core.impl.executors import remote_executor  # pylint: disable=g-import-not-at-top

@@ -1,0 +1,52 @@
+"""Which worker runs, and what it can use: the stock pip worker is CPU-only;
+a CUDA-built one (TFF_HPO_GPU_WORKER) is tested where a GPU exists."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT
+from tff_hpo import runtime
+
+GPU_WORKER = os.environ.get('TFF_HPO_GPU_WORKER', '')
+
+
+def test_stock_worker_is_described_as_cpu_only():
+  line = runtime.describe()
+  assert line.startswith(f'TFF worker: {runtime.stock_worker_binary()} '
+                         '(stock pip worker) | devices: CPU only')
+
+
+def test_bad_override_is_named(tmp_path):
+  script = tmp_path / 'not_a_worker'
+  script.write_text('')
+  assert runtime.check_worker_binary(str(script)) == 'not executable'
+  assert runtime.check_worker_binary(str(tmp_path / 'nope')) == 'no such file'
+
+
+def test_a_running_runtime_keeps_its_worker(tmp_path):
+  # The session's runtime (conftest) runs the stock worker.
+  with pytest.raises(RuntimeError, match='needs a new process'):
+    runtime.install(worker_binary=str(tmp_path / 'other_worker'))
+
+
+@pytest.mark.skipif(not (GPU_WORKER and runtime.visible_gpus()),
+                    reason='needs a GPU and a CUDA-built worker_binary '
+                    '(TFF_HPO_GPU_WORKER)')
+def test_gpu_worker_runs_a_computation_and_sees_a_gpu():
+  code = ('from tff_hpo import runtime; '
+          f'runtime.install(worker_binary={GPU_WORKER!r}); '
+          'print(runtime.describe()); '
+          'import sys; sys.exit(runtime._self_check())')
+  done = subprocess.run([sys.executable, '-c', code], cwd=ROOT, text=True,
+                        capture_output=True, timeout=600, check=False)
+  assert done.returncode == 0, done.stderr
+  assert 'CUDA build; GPUs: GPU 0' in done.stdout, done.stdout
+
+
+if __name__ == '__main__':  # Lets Bazel's py_test run the file.
+  sys.exit(pytest.main([__file__, '-q']))
