@@ -39,6 +39,12 @@ def _outputs(nb, kind: str) -> list:
           for o in c.get('outputs', []) if kind in o.get('data', {})]
 
 
+def _text(nb) -> str:
+  """Everything the notebook printed."""
+  return ''.join(o.get('text', '') for c in nb.cells if c.cell_type == 'code'
+                 for o in c.get('outputs', []))
+
+
 def test_quickstart_trains_both_algorithms_and_plots(tmp_path, cache_dir):
   del cache_dir  # Converted data: the notebook reads TFF's cache files.
   out = tmp_path / 'runs'
@@ -50,8 +56,7 @@ def test_quickstart_trains_both_algorithms_and_plots(tmp_path, cache_dir):
       assert len(f.read().strip().splitlines()) == 1 + 2  # Header, 2 rounds.
   assert _outputs(nb, 'image/png'), 'no plot was drawn'
   # The kernel has exited; the TFF worker it started must be gone too.
-  text = ''.join(o.get('text', '') for c in nb.cells if c.cell_type == 'code'
-                 for o in c.get('outputs', []))
+  text = _text(nb)
   found = re.search(r'kernel pid (\d+) \| worker pid (\d+)', text)
   assert found, text
   kernel, worker = int(found.group(1)), int(found.group(2))
@@ -60,6 +65,17 @@ def test_quickstart_trains_both_algorithms_and_plots(tmp_path, cache_dir):
     time.sleep(0.5)
   assert not psutil.pid_exists(worker), f'kernel {kernel} left worker {worker}'
   assert not [p for p in worker_processes() if p.ppid() == kernel]
+
+
+def test_custom_process_changes_hparams_and_runs_rounds(cache_dir):
+  del cache_dir
+  nb = _execute('custom_process.ipynb', ROUNDS=2, CLIENTS_PER_ROUND=2,
+                EVAL_CLIENTS=3, MAX_EXAMPLES_PER_CLIENT=20)
+  text = _text(nb)
+  assert "after set_hparams: {'client_learning_rate'" in text
+  assert "'client_batch_size': 10.0" in text
+  assert 'round 2: H ' in text and "'eval/accuracy'" in text
+  assert 'worker left: None' in text
 
 
 def test_results_draws_table_and_figures_without_training():

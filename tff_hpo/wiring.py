@@ -36,6 +36,17 @@ class Wiring:
   average_last_two: bool  # Evaluate the average of the last two iterates.
 
 
+def train_data(task: Any, per_example: bool) -> Any:
+  """The task's train `ClientData` after TFF's preprocessing; `per_example`
+  unbatches it for clients that batch their own data (FATHOM, FedHyper,
+  SCAFFOLD, AdaBest: `AlgorithmSpec.per_example_data`)."""
+  data = task.baseline.datasets
+  if per_example:
+    return data.train_data.preprocess(
+        lambda ds: data.train_preprocess_fn(ds).unbatch())
+  return data.train_data.preprocess(data.train_preprocess_fn)
+
+
 def build(config: config_lib.ExperimentConfig) -> Wiring:
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
   import tasks  # pylint: disable=g-import-not-at-top
@@ -50,11 +61,7 @@ def build(config: config_lib.ExperimentConfig) -> Wiring:
       seed=config.seed, per_example=spec.per_example_data,
       invert_pixels=config.emnist_invert_pixels)
   data = task.baseline.datasets
-  if spec.per_example_data:
-    train = data.train_data.preprocess(
-        lambda ds: data.train_preprocess_fn(ds).unbatch())
-  else:
-    train = data.train_data.preprocess(data.train_preprocess_fn)
+  train = train_data(task, spec.per_example_data)
   if config.clients_per_round > len(train.client_ids):
     raise config_lib.ConfigError(
         f'--clients_per_round: expected at most {len(train.client_ids)} '
