@@ -1,0 +1,94 @@
+"""Writes tests/data/legacy_runs/: run directories as this version saves them.
+
+Each holds a round-2 checkpoint of one hand-built algorithm on the linear
+model (and, for stateful clients, the clients' states) plus expected.npz:
+the model weights and hyperparameters the process reports from that state.
+tests/test_legacy_runs.py loads them with the current code; a change to a
+process's state layout must keep loading them (a migration), so that the
+runs of the Table 1 sweep resume across it. Written with the code of the
+commit that added this file; do not regenerate after a layout change.
+
+  .venv/bin/python -m tests.data.make_legacy_runs
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+
+import numpy as np
+import tensorflow as tf
+
+from tests.algorithms import linear_model
+from tests.conftest import ROOT
+from tff_hpo import checkpoint
+from tff_hpo import client_states
+from tff_hpo import round_metrics
+from tff_hpo import runtime
+
+OUT = os.path.join(ROOT, 'tests', 'data', 'legacy_runs')
+ALGORITHMS = ('fathom', 'fedhyper_g_cl', 'fedhyper_sl', 'scaffold',
+              'adabest')
+CLIENT_IDS = ('a', 'b', 'c')
+
+
+def config(algorithm: str):
+  import tasks  # pylint: disable=g-import-not-at-top
+  from tff_hpo.algorithms import registry  # pylint: disable=g-import-not-at-top
+  return tasks.resolve_config(registry.make_config(
+      task='emnist_cr', algorithm=algorithm, output_root=OUT,
+      offline_data_dir='', experiment_name=algorithm))
+
+
+def process_for(algorithm: str):
+  from tff_hpo.algorithms import registry  # pylint: disable=g-import-not-at-top
+  return registry.build(config(algorithm), linear_model.model_fn,
+                        num_train_clients=len(CLIENT_IDS))
+
+
+def reported(process, state) -> dict[str, np.ndarray]:
+  """What a layout change must keep: weights and hyperparameters."""
+  out = {f'weights/{i}': np.asarray(w) for i, w in enumerate(
+      tf.nest.flatten(process.get_model_weights(state)))}
+  out.update({f'hparams/{k}': np.asarray(v) for k, v in
+              round_metrics.flatten(process.get_hparams(state)).items()})
+  return out
+
+
+def write(algorithm: str) -> None:
+  process = process_for(algorithm)
+  run_dir = os.path.join(OUT, algorithm)
+  shutil.rmtree(run_dir, ignore_errors=True)
+  data = [tf.data.Dataset.from_tensor_slices(d)
+          for d in linear_model.client_data(7, (5, 8, 6))]
+  stateful = hasattr(process, 'initial_client_state')
+  clients = (client_states.StatefulClients(
+      None, process.initial_client_state, os.path.join(run_dir,
+                                                       'client_states'))
+             if stateful else client_states.StatelessClients(None))
+  state = process.initialize()
+  for _ in range(2):
+    if stateful:
+      state, _, new = process.next(state, data,
+                                   clients.store.gather(CLIENT_IDS))
+      clients.store.update(CLIENT_IDS, new)
+    else:
+      state = process.next(state, data).state
+  checkpoint.Checkpoints(run_dir, clients, print).save(
+      checkpoint.Checkpoint(state, 2, 38, 12))
+  np.savez(os.path.join(run_dir, 'expected.npz'), **reported(process, state))
+  with open(os.path.join(run_dir, 'config.json'), 'w') as f:
+    f.write(config(algorithm).to_json())
+
+
+def main() -> int:
+  runtime.install()
+  for algorithm in ALGORITHMS:
+    write(algorithm)
+    print('wrote', os.path.join(OUT, algorithm))
+  return 0
+
+
+if __name__ == '__main__':
+  sys.exit(main())
