@@ -26,7 +26,8 @@ from tff_hpo.algorithms import registry
 _TASK = flags.DEFINE_string('task', 'emnist_cr', f'One of {sorted(tasks.TASKS)}.')
 _ALGORITHM = flags.DEFINE_string(
     'algorithm', 'fedavg', 'One of: ' + '; '.join(
-        f'{s.name}: {s.help}' for s in registry.SPECS.values()))
+        f'{s.name} ({s.help.rstrip(".")})' for s in registry.SPECS.values())
+    + '.')
 _ROUNDS = flags.DEFINE_integer('total_rounds', None,
                                'Training rounds (default: the task\'s).')
 _CLIENTS = flags.DEFINE_integer('clients_per_round', None,
