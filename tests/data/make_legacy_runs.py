@@ -1,7 +1,7 @@
 """Writes tests/data/legacy_runs/: run directories as this version saves them.
 
 Each holds a round-2 checkpoint of one hand-built algorithm on the linear
-model (and, for stateful clients, the clients' states) plus expected.npz:
+model (and, for stateful clients, the clients' states) plus expected.json:
 the model weights and hyperparameters the process reports from that state.
 tests/test_legacy_runs.py loads them with the current code; a change to a
 process's state layout must keep loading them (a migration), so that the
@@ -13,6 +13,7 @@ commit that added this file; do not regenerate after a layout change.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
@@ -77,7 +78,10 @@ def write(algorithm: str) -> None:
       state = process.next(state, data).state
   checkpoint.Checkpoints(run_dir, clients, print).save(
       checkpoint.Checkpoint(state, 2, 38, 12))
-  np.savez(os.path.join(run_dir, 'expected.npz'), **reported(process, state))
+  with open(os.path.join(run_dir, 'expected.json'), 'w') as f:
+    json.dump({k: {'dtype': str(v.dtype), 'value': v.tolist()}
+               for k, v in reported(process, state).items()}, f, indent=1,
+              sort_keys=True)
   with open(os.path.join(run_dir, 'config.json'), 'w') as f:
     f.write(config(algorithm).to_json())
 
