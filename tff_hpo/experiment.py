@@ -32,8 +32,6 @@ from tff_hpo.algorithms import registry
 METRICS_CSV = run_dir_lib.METRICS_CSV
 CONFIG_JSON = run_dir_lib.CONFIG_JSON
 CLIENT_STATES_DIR = run_dir_lib.CLIENT_STATES_DIR
-CHECKPOINT_DIR = checkpoint_lib.CHECKPOINT_DIR
-flatten = round_metrics.flatten
 
 
 class EarlyStop:

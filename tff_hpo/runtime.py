@@ -100,7 +100,7 @@ def describe() -> str:
     gpus = visible_gpus()
     devices = ('CUDA build; GPUs: ' + '; '.join(gpus) if gpus else
                'CUDA build, but nvidia-smi lists no GPU: CPU only')
-  kind = 'stock pip worker' if path == stock_worker_binary() else 'override'
+  kind = 'override' if _binary else 'stock pip worker'
   return f'TFF worker: {path} ({kind}) | devices: {devices}'
 
 
