@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 from typing import Any, Callable, NamedTuple
 
+from tff_hpo import state_migration
 from tff_hpo import sync
 
 CHECKPOINT_DIR = 'checkpoints'
@@ -45,14 +46,26 @@ class Checkpoints:
   def restore(self, initial_state: Any) -> Checkpoint:
     """The newest readable checkpoint, or round 0 from `initial_state`."""
     versions = sync.run(self._manager.get_versions()) or []
-    template = list(Checkpoint(initial_state, 0, 0, 0))
     for version in sorted(versions, reverse=True):
       try:
-        state, round_num, examples, steps = sync.run(
-            self._manager.load(version, template))
+        state, round_num, examples, steps = self._load(version, initial_state)
         self._clients.restore(version)
       except Exception as e:  # pylint: disable=broad-except
         self._log(f'checkpoint {version} unreadable ({e}); trying an older one')
         continue
       return Checkpoint(state, int(round_num), int(examples), int(steps))
     return Checkpoint(initial_state, 0, 0, 0)
+
+  def _load(self, version: int, initial_state: Any) -> list:
+    """The saved list, its state in today's layout (a state saved in the
+    flat layout of earlier versions is converted)."""
+    template = list(Checkpoint(initial_state, 0, 0, 0))
+    try:
+      return sync.run(self._manager.load(version, template))
+    except (TypeError, ValueError):  # Another layout.
+      if not state_migration.applies(initial_state):
+        raise
+    template[0] = state_migration.legacy_layout(initial_state)
+    loaded = sync.run(self._manager.load(version, template))
+    loaded[0] = state_migration.from_legacy(initial_state, loaded[0])
+    return loaded

@@ -10,6 +10,7 @@ adapt its learning rate at every step by FedHyper-CL's rule (`CLSchedule`).
 from __future__ import annotations
 
 import collections
+import dataclasses
 from typing import Any, NamedTuple, Optional
 
 import tensorflow as tf
@@ -17,6 +18,14 @@ import tensorflow_federated as tff
 
 from tff_hpo import hypergradients
 from tff_hpo import tree_math
+
+@dataclasses.dataclass(frozen=True)
+class LocalSettings:
+  """Settings of the local loop that are not hyperparameters a paper
+  adapts (a base of the algorithms' configs)."""
+  shuffle: bool = True  # Reshuffle the client's examples every epoch.
+  clip_norm: Optional[float] = None  # Clip each local gradient to this norm.
+
 
 ClientOutput = collections.namedtuple(
     'ClientOutput', ['delta', 'phi', 'num_examples', 'local_steps',

@@ -19,7 +19,7 @@ from tff_hpo import evaluation
 from tff_hpo import run_dir
 from tff_hpo.algorithms import registry
 from tff_hpo.algorithms import spec as spec_lib
-from tff_hpo.algorithms import stateful_clients
+from tff_hpo.algorithms import composer
 
 
 @dataclasses.dataclass
@@ -69,7 +69,7 @@ def build(config: config_lib.ExperimentConfig) -> Wiring:
         f'{config.clients_per_round}')
   process = spec.build(config, task.model_fn, len(train.client_ids))
   host_communication = registry.host_side_communication(spec, task.model_fn)
-  if isinstance(process, stateful_clients.StatefulClientsProcess):
+  if isinstance(process, composer.StatefulClientsProcess):
     clients = client_states.StatefulClients(
         tff.simulation.compose_dataset_computation_with_computation(
             train.dataset_computation, process.next),

@@ -61,7 +61,7 @@ def test_matches_numpy_reference_for_six_rounds(step_rounding):
         [hp['client_learning_rate'], hp['client_epochs'],
          hp['client_batch_size']],
         [want['eta'], want['epochs'], want['batch']], rtol=1e-5)
-    sm = np.concatenate([np.ravel(t) for t in state['delta_sm']])
+    sm = np.concatenate([np.ravel(t) for t in state.finalizer['delta_sm']])
     np.testing.assert_allclose(sm, want['delta_sm'], rtol=1e-5, atol=1e-6)
     m = output.metrics
     nu = np.array([len(x) for x, _ in data])
@@ -70,7 +70,7 @@ def test_matches_numpy_reference_for_six_rounds(step_rounding):
                                atol=1e-6)
     np.testing.assert_allclose([m['fathom']['h'], m['fathom']['g']],
                                [want['h'], want['g']], rtol=1e-5, atol=1e-6)
-    last = state['last_hypergradients']
+    last = state.finalizer['last_hypergradients']
     assert (last['h'], last['g']) == (m['fathom']['h'], m['fathom']['g'])
     assert m['cost']['local_steps'] == sum(want['steps'])
     assert m['cost']['local_steps_max'] == max(want['steps'])
@@ -131,9 +131,24 @@ def test_hparams_are_broadcast_from_server_state():
   process = _process()
   state_type = process.next.type_signature.parameter[0]
   assert state_type.placement is tff.SERVER
-  assert 'hparams' in dir(state_type.member)
+  # The finalizer chooses them; the client work holds what it broadcasts.
+  assert 'hparams' in dir(state_type.member.finalizer)
+  assert dir(state_type.member.client_work) == [
+      'client_batch_size', 'client_epochs', 'client_learning_rate']
   body = str(process.next.to_building_block())
   assert 'federated_broadcast' in body
+
+
+def test_set_hparams_reaches_the_clients_and_the_server_step():
+  data = _data(sizes=(10, 25))
+  process = _process(batch=4.0)
+  state = process.initialize()
+  hparams = process.get_hparams(state)
+  hparams['client_batch_size'] = np.float32(1.0)
+  state = process.set_hparams(state, hparams)
+  out = process.next(state, _datasets(data))
+  assert out.metrics['cost']['local_steps'] == 10 + 25  # B = 1 broadcast.
+  assert out.metrics['fathom']['client_batch_size'] == 1.0  # And stepped.
 
 
 def test_batch_size_sets_local_steps():

@@ -70,7 +70,7 @@ def test_matches_numpy_reference(variant):
                                want['h'], rtol=1e-5, atol=1e-7)
     np.testing.assert_allclose(metrics['fedhyper']['client_learning_rate'],
                                want['used_beta'], rtol=1e-6)
-    np.testing.assert_allclose(_flat(state['previous_update']),
+    np.testing.assert_allclose(_flat(state.finalizer['previous_update']),
                                want['previous'], rtol=1e-5, atol=1e-7)
     np.testing.assert_allclose(metrics['cost']['client_learning_rate_mean'],
                                np.mean(want['mean_lrs']), rtol=1e-5)
@@ -130,7 +130,7 @@ def test_round_one_keeps_alpha_and_beta():
 def test_rates_stay_within_bounds_under_huge_factors():
   for _, state, metrics, want in _run_both(
       'fedhyper_g_cl', 3, alpha_factor=1e6, beta_factor=1e6):
-    alpha = state['hparams']['server_learning_rate']
+    alpha = state.finalizer['hparams']['server_learning_rate']
     assert CFG['alpha'] / 3 <= alpha <= CFG['alpha'] * 3
     assert (CFG['beta'] / 10 - 1e-7 <= metrics['cost']
             ['client_learning_rate_mean'] <= CFG['beta'] * 10 + 1e-6)

@@ -48,7 +48,7 @@ def test_matches_numpy_reference(exp):
     np.testing.assert_allclose(
         _flat(process.get_model_weights(state).trainable), want['x'],
         rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(_flat(state['control']), want['c'], rtol=1e-5,
+    np.testing.assert_allclose(_flat(state.client_work['control']), want['c'], rtol=1e-5,
                                atol=1e-5)
     for i, control in want['controls'].items():
       np.testing.assert_allclose(_flat(store.gather([str(i)])[0]), control,

@@ -28,13 +28,14 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_hpo import aggregators
 from tff_hpo import config as config_lib
 from tff_hpo import control_variates
 from tff_hpo import local_training
 from tff_hpo import tree_math
-from tff_hpo.algorithms import process_parts
+from tff_hpo.algorithms import composer
+from tff_hpo.algorithms import parts
 from tff_hpo.algorithms import spec
-from tff_hpo.algorithms import stateful_clients
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,6 +54,87 @@ class AdaBestOptions(spec.Options):
     self.require(self.mu >= 0, 'mu', 'a number >= 0')
 
 
+def client_work(model_fn: Callable[[], Any], client_learning_rate: float,
+                client_epochs: float, client_batch_size: float, mu: float,
+                shuffle: bool, clip_norm: float | None,
+                ) -> tff.learning.templates.ClientWorkProcess:
+  """theta^{t-1} and t broadcast; K_i steps corrected by -h_i; h_i^t and
+  t' = t kept by the client. The round counter t follows each round."""
+  trainable_type = parts.model_types(model_fn).weights_type.trainable
+
+  def initial_state():
+    return collections.OrderedDict(
+        client_learning_rate=tf.constant(client_learning_rate, np.float32),
+        round_num=tf.constant(0, tf.int32))
+
+  def local(received, weights, dataset, client_state) -> parts.ClientStep:
+    estimate = tuple(client_state['estimate'])
+    out = local_training.train_locally(
+        model_fn(), weights, dataset, received['client_learning_rate'],
+        tf.constant(client_epochs, np.float32),
+        tf.constant(client_batch_size, np.float32), shuffle,
+        gradient_correction=tuple(-h for h in estimate), clip_norm=clip_norm)
+    finite = tf.equal(out.non_finite, 0)
+    this_round = received['round_num']
+    return parts.ClientStep(
+        out, collections.OrderedDict(delta=out.delta),
+        weight=tf.where(finite, 1.0, 0.0),
+        client_state=collections.OrderedDict(
+            estimate=parts.pick(
+                finite, control_variates.adabest_client_estimate(
+                    estimate, client_state['last_round'], this_round,
+                    out.delta, mu), estimate),
+            last_round=tf.where(finite, this_round,
+                                client_state['last_round'])))
+
+  def follow(state, unused_mean, unused_participating):
+    new_state = collections.OrderedDict(state)
+    new_state['round_num'] = state['round_num'] + 1
+    return new_state, collections.OrderedDict()
+
+  return parts.client_work(
+      model_fn, initial_state,
+      lambda state: collections.OrderedDict(
+          round_num=state['round_num'] + 1,
+          client_learning_rate=state['client_learning_rate']),
+      local, client_state_type=tff.StructWithPythonType(
+          [('estimate', trainable_type),
+           ('last_round', tff.TensorType(np.int32))],
+          collections.OrderedDict),
+      follow=follow)
+
+
+def finalizer(model_fn: Callable[[], Any], aggregate_type: Any, beta: float
+              ) -> tff.learning.templates.FinalizerProcess:
+  """theta_bar^t = theta^{t-1} + mean Delta_i; h^t = beta (theta_bar^{t-1}
+  - theta_bar^t); theta^t = theta_bar^t - h^t."""
+  weights_type = parts.model_types(model_fn).weights_type
+
+  def initial_state():
+    # theta_bar^0 = theta^0: round one's h^1 is beta times its update.
+    weights = parts.initial_weights(model_fn)
+    return collections.OrderedDict(
+        previous_average=tuple(weights.trainable),
+        skipped_non_finite=tf.constant(0, tf.int32))
+
+  def step(state, trainable, aggregate):
+    mean_delta = tuple(aggregate['mean']['delta'])
+    ok = tree_math.all_finite(mean_delta) & (aggregate['participants'] > 0)
+    average = tuple(w + d for w, d in zip(trainable, mean_delta))
+    model, estimate = control_variates.adabest_server_step(
+        tuple(state['previous_average']), average, beta)
+    new_state = parts.guarded(ok, state, previous_average=average)
+    new_trainable = parts.pick(ok, model, trainable)
+    return new_trainable, new_state, collections.OrderedDict(
+        server_estimate_norm=tf.where(ok, tree_math.norm(estimate), 0.0),
+        # ||theta^t||: the paper's stability diagnostic (Section D.3).
+        model_norm=tree_math.norm(new_trainable),
+        update_norm=tf.where(ok, tree_math.norm(mean_delta), 0.0),
+        skipped_non_finite=new_state['skipped_non_finite'])
+
+  return parts.finalizer(weights_type, aggregate_type, initial_state, step)
+
+
 def build_adabest(
     model_fn: Callable[[], tff.learning.models.VariableModel],
     client_learning_rate: float,
@@ -62,139 +144,24 @@ def build_adabest(
     mu: float = 0.02,
     shuffle: bool = True,
     clip_norm: float | None = None,
-) -> stateful_clients.StatefulClientsProcess:
+) -> composer.StatefulClientsProcess:
   """AdaBest; `clip_norm` clips each raw local gradient first."""
   AdaBestOptions(beta=beta, mu=mu)  # Validates.
-  types = process_parts.model_types(model_fn)
-  weights_type = types.weights_type
-  trainable_type = weights_type.trainable
-  f32 = np.float32
-
-  # -- state --------------------------------------------------------------
-
-  @tff.tensorflow.computation
-  def initial_state():
-    weights = process_parts.initial_weights(model_fn)
-    return collections.OrderedDict(
-        global_model_weights=weights,
-        hparams=collections.OrderedDict(client_learning_rate=tf.constant(
-            client_learning_rate, f32)),
-        # theta_bar^0 = theta^0: round one's h^1 is beta times its update.
-        previous_average=tuple(tf.identity(v) for v in weights.trainable),
-        round_num=tf.constant(0, tf.int32),
-        skipped_non_finite=tf.constant(0, tf.int32),
-    )
-
-  state_type = initial_state.type_signature.result
-  client_state_type = tff.StructWithPythonType(
-      [('estimate', trainable_type), ('last_round', tff.TensorType(np.int32))],
-      collections.OrderedDict)
-
-  @tff.federated_computation
-  def initialize_fn():
-    return tff.federated_eval(initial_state, tff.SERVER)
-
-  # -- distributor ----------------------------------------------------------
-
-  @tff.tensorflow.computation(state_type)
-  def broadcast_payload(state):
-    return collections.OrderedDict(
-        model=state['global_model_weights'],
-        round_num=state['round_num'] + 1,
-        client_learning_rate=state['hparams']['client_learning_rate'])
-
-  # -- client work ----------------------------------------------------------
-
-  @tff.tensorflow.computation(broadcast_payload.type_signature.result,
-                              types.data_type, client_state_type)
-  def client_update(payload, dataset, client_state):
-    estimate = tuple(client_state['estimate'])
-    out = local_training.train_locally(
-        model_fn(), payload['model'], dataset,
-        payload['client_learning_rate'], tf.constant(client_epochs, f32),
-        tf.constant(client_batch_size, f32), shuffle,
-        gradient_correction=tuple(-h for h in estimate), clip_norm=clip_norm)
-    finite = tf.equal(out.non_finite, 0)
-    this_round = payload['round_num']
-    new_state = collections.OrderedDict(
-        estimate=process_parts.pick(
-            finite, control_variates.adabest_client_estimate(
-                estimate, client_state['last_round'], this_round, out.delta,
-                mu), estimate),
-        last_round=tf.where(finite, this_round, client_state['last_round']))
-    upload = collections.OrderedDict(
-        delta=out.delta, weight=tf.where(finite, 1.0, 0.0),
-        local_steps=out.local_steps,
-        costs=collections.OrderedDict(
-            local_steps=out.local_steps,
-            examples_processed=out.examples_processed,
-            non_finite_clients=out.non_finite),
-        model_metrics=out.model_metrics)
-    return collections.OrderedDict(upload=upload, client_state=new_state)
-
-  # -- server update --------------------------------------------------------
-
-  @tff.tensorflow.computation(state_type, trainable_type, f32)
-  def server_update(state, mean_delta, participating):
-    weights = state['global_model_weights']
-    trainable = tuple(weights.trainable)
-    mean_delta = tuple(mean_delta)
-    ok = tree_math.all_finite(mean_delta) & (participating > 0)
-    average = tuple(w + d for w, d in zip(trainable, mean_delta))
-    model, estimate = control_variates.adabest_server_step(
-        tuple(state['previous_average']), average, beta)
-    pick = process_parts.pick
-    new_state = collections.OrderedDict(
-        global_model_weights=tff.learning.models.ModelWeights(
-            trainable=pick(ok, model, trainable),
-            non_trainable=tuple(weights.non_trainable)),
-        hparams=state['hparams'],
-        previous_average=pick(ok, average, tuple(state['previous_average'])),
-        round_num=state['round_num'] + 1,
-        skipped_non_finite=state['skipped_non_finite'] + tf.cast(
-            tf.logical_not(ok), tf.int32),
-    )
-    metrics = collections.OrderedDict(
-        server_estimate_norm=tf.where(ok, tree_math.norm(estimate), 0.0),
-        # ||theta^t||: the paper's stability diagnostic (Section D.3).
-        model_norm=tree_math.norm(
-            new_state['global_model_weights'].trainable),
-        update_norm=tf.where(ok, tree_math.norm(mean_delta), 0.0),
-        skipped_non_finite=new_state['skipped_non_finite'])
-    return new_state, metrics
-
-  # -- composition ------------------------------------------------------------
-
-  @tff.federated_computation(
-      tff.FederatedType(state_type, tff.SERVER),
-      tff.FederatedType(types.data_type, tff.CLIENTS),
-      tff.FederatedType(client_state_type, tff.CLIENTS))
-  def next_fn(state, client_data, client_states):
-    payload = tff.federated_broadcast(
-        tff.federated_map(broadcast_payload, state))
-    result = tff.federated_map(client_update,
-                               (payload, client_data, client_states))
-    up = result.upload
-    new_state, adabest_metrics = tff.federated_map(
-        server_update, (state, tff.federated_mean(up.delta, weight=up.weight),
-                        tff.federated_sum(up.weight)))
-    metrics = tff.federated_zip(collections.OrderedDict(
-        client_work=collections.OrderedDict(
-            train=types.metrics_aggregation(up.model_metrics)),
-        adabest=adabest_metrics,
-        cost=tff.federated_zip(process_parts.cost_metrics(up, [], payload)),
-    ))
-    return new_state, metrics, result.client_state
-
-  return stateful_clients.build(
-      initialize_fn, next_fn, state_type, weights_type,
-      lambda: collections.OrderedDict(
-          estimate=stateful_clients.zero_trainable(weights_type),
+  trainable_type = parts.model_types(model_fn).weights_type.trainable
+  work = client_work(model_fn, client_learning_rate, client_epochs,
+                     client_batch_size, mu, shuffle, clip_norm)
+  aggregator = aggregators.StepMeanFactory()
+  return composer.compose(
+      'adabest', model_fn, work, aggregator,
+      finalizer(model_fn, composer.aggregate_type(work, aggregator, True),
+                beta),
+      initial_client_state=lambda: collections.OrderedDict(
+          estimate=parts.numpy_zeros(trainable_type),
           last_round=np.int32(0)))
 
 
 def _build(config: config_lib.ExperimentConfig, model_fn: Callable[[], Any],
-           num_train_clients: int) -> stateful_clients.StatefulClientsProcess:
+           num_train_clients: int) -> composer.StatefulClientsProcess:
   del num_train_clients
   options = config.option(AdaBestOptions)
   return build_adabest(model_fn, config.client_learning_rate,

@@ -3,19 +3,19 @@
 Paper: ../shared/papers/fathom_federated_hypergradient_descent.txt
 (Algorithm 1, Sections 3.3-3.3.5). Every round:
 
-1. distributor: the server broadcasts the model and (eta_L, E, B) with
-   `tff.federated_broadcast`;
-2. client work: each client batches its unbatched data with B, takes
-   K_i = floor(nu_i E / B) SGD steps at eta_L and reports its delta, phi_i,
-   nu_i, K_i and examples processed (`tff_hpo.local_training`);
-3. aggregation: nu-weighted means of the deltas and phi (eq. 2);
-4. server update: the server optimizer applies the mean delta; H_t = N_t and
-   G_t update eta_L, E, B by eq. (13)-(15); Delta_sm is smoothed (3.3.5).
+1. distributor: TFF's broadcast of the model; the client work broadcasts
+   (eta_L, E, B) from its state with `tff.federated_broadcast`;
+2. client work (`client_work`): each client batches its unbatched data with
+   B, takes K_i = floor(nu_i E / B) SGD steps at eta_L and uploads its delta
+   and phi_i, weighted by nu_i (`tff_hpo.local_training`);
+3. aggregator (`aggregators.StepMeanFactory`): nu-weighted means of the
+   deltas and phi (eq. 2), and the server step's scale;
+4. finalizer (`finalizer`): the server optimizer applies the mean delta;
+   H_t = N_t and G_t update eta_L, E, B by eq. (13)-(15); Delta_sm is
+   smoothed (3.3.5). The new (eta_L, E, B) are fed to the client work for
+   the next round (`composer.compose`'s `feed`).
 
-`compose_learning_process` does not fit: step 4 rewrites the client work's
-hyperparameters from the aggregate, a flow between components that the
-composer does not have. The four pieces are still separate tff computations,
-wired by `next_fn` below. Choices where the paper is ambiguous:
+Choices where the paper is ambiguous:
 
 * K_i uses floor, as eq. (2) and Algorithm 1 write it, or ceil as the
   authors' code (`step_rounding`), with at least one step; B is rounded half
@@ -42,8 +42,8 @@ in the README's FATHOM section.
 
 `server_step` (a `tff_hpo.server_steps` rule) scales the mean update before
 the server optimizer: FedExP's eta_g or FedHyper-G's alpha, combinations no
-paper ran. Its state and, if it needs one, the previous round's mean update
-join the server state; plain FATHOM's state is unchanged.
+paper ran. The aggregator applies it and keeps its state (and, if it needs
+one, the previous round's mean update); plain FATHOM's aggregator has none.
 """
 
 from __future__ import annotations
@@ -56,15 +56,17 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_hpo import aggregators
 from tff_hpo import config as config_lib
 from tff_hpo import hypergradients
 from tff_hpo import local_training
 from tff_hpo import optimizers
 from tff_hpo import server_steps
 from tff_hpo import tree_math
+from tff_hpo.algorithms import composer
 from tff_hpo.algorithms import fedexp
 from tff_hpo.algorithms import fedhyper
-from tff_hpo.algorithms import process_parts
+from tff_hpo.algorithms import parts
 from tff_hpo.algorithms import spec
 
 STEP_ROUNDINGS = ('floor', 'ceil')
@@ -137,14 +139,12 @@ class FathomOptions(spec.Options):
 
 
 @dataclasses.dataclass(frozen=True)
-class FathomConfig(FathomOptions):
+class FathomConfig(FathomOptions, local_training.LocalSettings):
   """What `build_fathom` needs: the options plus the starting values."""
   max_learning_rate: float = 0.5
   initial_learning_rate: float = 0.1
   initial_epochs: float = 1.0
   initial_batch_size: float = 20.0
-  shuffle: bool = True
-  clip_norm: float | None = None  # Clip each local gradient to this norm.
 
   def __post_init__(self):
     super().__post_init__()
@@ -159,6 +159,96 @@ def _hparams(eta, epochs, batch) -> collections.OrderedDict:
                                  client_batch_size=batch)
 
 
+def client_work(model_fn: Callable[[], Any], config: FathomConfig,
+                server_step: server_steps.ServerStep
+                ) -> tff.learning.templates.ClientWorkProcess:
+  """Steps 1-2: (eta_L, E, B) broadcast; K_i local steps; (Delta_i, phi_i)
+  weighted by nu_i (and ||Delta_i||^2 if the server step reads it)."""
+  cfg = config
+
+  def initial_state():
+    return _hparams(*(tf.constant(v, np.float32) for v in (
+        cfg.initial_learning_rate, cfg.initial_epochs,
+        cfg.initial_batch_size)))
+
+  def local(hp, weights, dataset) -> parts.ClientStep:
+    out = local_training.train_locally(
+        model_fn(), weights, dataset, hp['client_learning_rate'],
+        hp['client_epochs'], hp['client_batch_size'], cfg.shuffle,
+        clip_norm=cfg.clip_norm, step_rounding=cfg.step_rounding)
+    update = collections.OrderedDict(delta=out.delta, phi=out.phi)
+    if server_step.needs_client_squared_norms:
+      update['squared_norm'] = tf.square(tree_math.norm(out.delta))
+    return parts.ClientStep(out, update, weight=tf.where(
+        out.non_finite > 0, 0.0, tf.cast(out.num_examples, tf.float32)))
+
+  return parts.client_work(model_fn, initial_state, lambda hp: hp, local,
+                           hparams=tuple(_hparams(0, 0, 0)))
+
+
+def finalizer(model_fn: Callable[[], Any], config: FathomConfig,
+              server_optimizer: tff.learning.optimizers.Optimizer,
+              aggregate_type: Any) -> tff.learning.templates.FinalizerProcess:
+  """Step 4: the server optimizer applies step * mean Delta; H_t and G_t move
+  (eta_L, E, B) by eq. (13)-(15); Delta_sm is smoothed (Section 3.3.5)."""
+  cfg = config
+  weights_type = parts.model_types(model_fn).weights_type
+
+  def initial_state():
+    trainable = parts.zeros_like_trainable(weights_type.trainable)
+    return collections.OrderedDict(
+        hparams=_hparams(*(tf.constant(v, np.float32) for v in (
+            cfg.initial_learning_rate, cfg.initial_epochs,
+            cfg.initial_batch_size))),
+        delta_sm=trainable,
+        server_optimizer_state=server_optimizer.initialize(
+            tuple(tf.TensorSpec(t.shape, t.dtype)
+                  for t in weights_type.trainable)),
+        last_hypergradients=collections.OrderedDict(
+            h=tf.constant(0.0), g=tf.constant(0.0)),
+        skipped_non_finite=tf.constant(0, tf.int32))
+
+  def step(state, trainable, aggregate):
+    hp = state['hparams']
+    eta, epochs, batch = (hp['client_learning_rate'], hp['client_epochs'],
+                          hp['client_batch_size'])
+    mean_delta = tuple(aggregate['mean']['delta'])
+    mean_phi = aggregate['mean']['phi']
+    delta_sm = tuple(state['delta_sm'])
+    h = hypergradients.fathom_h(mean_delta, delta_sm)
+    g = hypergradients.fathom_g(mean_phi, eta, cfg.g_includes_learning_rate)
+    update_ok = tree_math.all_finite(mean_delta)
+    hyper_ok = update_ok & tf.math.is_finite(h) & tf.math.is_finite(g)
+    opt_state, new_trainable = server_optimizer.next(
+        state['server_optimizer_state'], trainable,
+        tuple(-aggregate['step'] * d for d in mean_delta))
+    new_eta, new_epochs, new_batch = hypergradients.fathom_hparam_step(
+        eta, epochs, batch, h, g, cfg.gamma_learning_rate, cfg.gamma_epochs,
+        cfg.gamma_batch_size)
+    new_state = parts.guarded(hyper_ok, state, hparams=_hparams(
+        tf.clip_by_value(new_eta, cfg.min_learning_rate, cfg.max_learning_rate),
+        tf.clip_by_value(new_epochs, cfg.min_epochs, cfg.max_epochs),
+        tf.clip_by_value(new_batch, cfg.min_batch_size, cfg.max_batch_size)))
+    new_state.update(parts.pick(update_ok, collections.OrderedDict(
+        delta_sm=hypergradients.smooth(delta_sm, mean_delta, cfg.alpha),
+        server_optimizer_state=opt_state), collections.OrderedDict(
+            delta_sm=delta_sm,
+            server_optimizer_state=state['server_optimizer_state'])))
+    new_state['last_hypergradients'] = collections.OrderedDict(
+        h=tf.where(hyper_ok, h, 0.0), g=tf.where(hyper_ok, g, 0.0))
+    measurements = collections.OrderedDict(
+        client_learning_rate=eta, client_epochs=epochs, client_batch_size=batch,
+        h=new_state['last_hypergradients']['h'],
+        g=new_state['last_hypergradients']['g'],
+        mean_phi=mean_phi,
+        update_norm=tf.where(update_ok, tree_math.norm(mean_delta), 0.0),
+        skipped_non_finite=new_state['skipped_non_finite'])
+    return (parts.pick(update_ok, tuple(new_trainable), trainable), new_state,
+            measurements)
+
+  return parts.finalizer(weights_type, aggregate_type, initial_state, step)
+
+
 def build_fathom(
     model_fn: Callable[[], tff.learning.models.VariableModel],
     config: FathomConfig = FathomConfig(),
@@ -168,156 +258,13 @@ def build_fathom(
   """Returns FATHOM as a `LearningProcess` over unbatched client datasets."""
   if server_optimizer is None:
     server_optimizer = tff.learning.optimizers.build_sgdm(learning_rate=1.0)
-  cfg = config
-  types = process_parts.model_types(model_fn)
-  data_type, weights_type = types.data_type, types.weights_type
-  trainable_type = weights_type.trainable
-  metrics_aggregation = types.metrics_aggregation
-  f32 = np.float32
-
-  # -- state --------------------------------------------------------------
-
-  @tff.tensorflow.computation
-  def initial_state():
-    weights = process_parts.initial_weights(model_fn)
-    trainable = tuple(weights.trainable)
-    state = collections.OrderedDict(
-        global_model_weights=weights,
-        hparams=_hparams(tf.constant(cfg.initial_learning_rate, f32),
-                         tf.constant(cfg.initial_epochs, f32),
-                         tf.constant(cfg.initial_batch_size, f32)),
-        delta_sm=tuple(tf.zeros_like(v) for v in trainable),
-        server_optimizer_state=server_optimizer.initialize(
-            tuple(tf.TensorSpec(v.shape, v.dtype) for v in trainable)),
-        last_hypergradients=collections.OrderedDict(
-            h=tf.constant(0.0), g=tf.constant(0.0)),
-        skipped_non_finite=tf.constant(0, tf.int32),
-    )
-    state.update(process_parts.server_step_state(server_step, trainable))
-    return state
-
-  state_type = initial_state.type_signature.result
-
-  @tff.federated_computation
-  def initialize_fn():
-    return tff.federated_eval(initial_state, tff.SERVER)
-
-  # -- distributor ----------------------------------------------------------
-
-  @tff.tensorflow.computation(state_type)
-  def broadcast_payload(state):
-    return collections.OrderedDict(model=state['global_model_weights'],
-                                   hparams=state['hparams'])
-
-  # -- client work ----------------------------------------------------------
-
-  @tff.tensorflow.computation(broadcast_payload.type_signature.result,
-                              data_type)
-  def client_update(payload, dataset):
-    client_model = model_fn()
-    hp = payload['hparams']
-    out = local_training.train_locally(
-        client_model, payload['model'], dataset, hp['client_learning_rate'],
-        hp['client_epochs'], hp['client_batch_size'], cfg.shuffle,
-        clip_norm=cfg.clip_norm, step_rounding=cfg.step_rounding)
-    weight = tf.where(out.non_finite > 0, 0.0,
-                      tf.cast(out.num_examples, tf.float32))
-    return collections.OrderedDict(
-        delta=out.delta, phi=out.phi, weight=weight,
-        squared_norm=process_parts.client_squared_norm(server_step, out.delta),
-        local_steps=out.local_steps,
-        costs=collections.OrderedDict(
-            local_steps=out.local_steps,
-            examples_processed=out.examples_processed,
-            non_finite_clients=out.non_finite),
-        model_metrics=out.model_metrics)
-
-  # -- server update --------------------------------------------------------
-
-  @tff.tensorflow.computation(state_type, trainable_type, np.float32,
-                              np.float32)
-  def server_update(state, mean_delta, mean_phi, mean_squared_norm):
-    hp = state['hparams']
-    eta, epochs, batch = (hp['client_learning_rate'], hp['client_epochs'],
-                          hp['client_batch_size'])
-    weights = state['global_model_weights']
-    trainable = tuple(weights.trainable)
-    mean_delta = tuple(mean_delta)
-    delta_sm = tuple(state['delta_sm'])
-
-    h = hypergradients.fathom_h(mean_delta, delta_sm)
-    g = hypergradients.fathom_g(mean_phi, eta, cfg.g_includes_learning_rate)
-    update_ok = tree_math.all_finite(mean_delta)
-    hyper_ok = update_ok & tf.math.is_finite(h) & tf.math.is_finite(g)
-
-    step, step_fields, step_metrics = process_parts.apply_server_step(
-        server_step, state, mean_delta, mean_squared_norm)
-    opt_state, new_trainable = server_optimizer.next(
-        state['server_optimizer_state'], trainable,
-        tuple(-step * d for d in mean_delta))
-    pick = process_parts.pick
-    new_eta, new_epochs, new_batch = hypergradients.fathom_hparam_step(
-        eta, epochs, batch, h, g, cfg.gamma_learning_rate, cfg.gamma_epochs,
-        cfg.gamma_batch_size)
-    new_hparams = _hparams(
-        tf.clip_by_value(new_eta, cfg.min_learning_rate, cfg.max_learning_rate),
-        tf.clip_by_value(new_epochs, cfg.min_epochs, cfg.max_epochs),
-        tf.clip_by_value(new_batch, cfg.min_batch_size, cfg.max_batch_size))
-    new_state = collections.OrderedDict(
-        global_model_weights=tff.learning.models.ModelWeights(
-            trainable=pick(update_ok, tuple(new_trainable), trainable),
-            non_trainable=tuple(weights.non_trainable)),
-        hparams=pick(hyper_ok, new_hparams, hp),
-        delta_sm=pick(update_ok,
-                      hypergradients.smooth(delta_sm, mean_delta, cfg.alpha),
-                      delta_sm),
-        server_optimizer_state=pick(update_ok, opt_state,
-                                    state['server_optimizer_state']),
-        last_hypergradients=collections.OrderedDict(
-            h=tf.where(hyper_ok, h, 0.0), g=tf.where(hyper_ok, g, 0.0)),
-        skipped_non_finite=state['skipped_non_finite'] + tf.cast(
-            tf.logical_not(hyper_ok), tf.int32),
-    )
-    new_state.update(pick(update_ok, step_fields,
-                          process_parts.server_step_fields(server_step, state)))
-    metrics = collections.OrderedDict(
-        client_learning_rate=eta, client_epochs=epochs, client_batch_size=batch,
-        h=new_state['last_hypergradients']['h'],
-        g=new_state['last_hypergradients']['g'],
-        mean_phi=mean_phi,
-        update_norm=tf.where(update_ok, tree_math.norm(mean_delta), 0.0),
-        skipped_non_finite=new_state['skipped_non_finite'],
-        **step_metrics)
-    return new_state, metrics
-
-  # -- composition ------------------------------------------------------------
-
-  @tff.federated_computation(tff.FederatedType(state_type, tff.SERVER),
-                             tff.FederatedType(data_type, tff.CLIENTS))
-  def next_fn(state, client_data):
-    payload = tff.federated_broadcast(
-        tff.federated_map(broadcast_payload, state))
-    out = tff.federated_map(client_update, (payload, client_data))
-    mean_delta = tff.federated_mean(out.delta, weight=out.weight)
-    mean_phi = tff.federated_mean(out.phi, weight=out.weight)
-    mean_squared_norm = process_parts.mean_squared_norm(
-        server_step, out.squared_norm, out.weight)
-    new_state, fathom_metrics = tff.federated_map(
-        server_update, (state, mean_delta, mean_phi, mean_squared_norm))
-    extra = [out.phi]
-    if server_step.needs_client_squared_norms:
-      extra.append(out.squared_norm)
-    metrics = tff.federated_zip(collections.OrderedDict(
-        client_work=collections.OrderedDict(
-            train=metrics_aggregation(out.model_metrics)),
-        fathom=fathom_metrics,
-        cost=tff.federated_zip(
-            process_parts.cost_metrics(out, extra, payload)),
-    ))
-    return tff.learning.templates.LearningProcessOutput(new_state, metrics)
-
-  return process_parts.learning_process(initialize_fn, next_fn, state_type,
-                                        weights_type)
+  work = client_work(model_fn, config, server_step)
+  aggregator = aggregators.StepMeanFactory(server_step)
+  return composer.compose(
+      'fathom', model_fn, work, aggregator,
+      finalizer(model_fn, config, server_optimizer,
+                composer.aggregate_type(work, aggregator)),
+      feed=lambda state: state['hparams'])
 
 
 def build_from_config(config: config_lib.ExperimentConfig,

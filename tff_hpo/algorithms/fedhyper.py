@@ -36,13 +36,15 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_hpo import aggregators
 from tff_hpo import config as config_lib
 from tff_hpo import hypergradients
 from tff_hpo import local_training
 from tff_hpo import optimizers
 from tff_hpo import server_steps
 from tff_hpo import tree_math
-from tff_hpo.algorithms import process_parts
+from tff_hpo.algorithms import composer
+from tff_hpo.algorithms import parts
 from tff_hpo.algorithms import spec
 
 VARIANTS = {'fedhyper_g': ('g',), 'fedhyper_sl': ('sl',),
@@ -81,7 +83,7 @@ class FedHyperOptions(spec.Options):
 
 
 @dataclasses.dataclass(frozen=True)
-class FedHyperConfig(FedHyperOptions):
+class FedHyperConfig(FedHyperOptions, local_training.LocalSettings):
   """What `build_fedhyper` needs: which schedulers run, their options and
   starting points."""
   global_schedule: bool = False  # G
@@ -91,8 +93,6 @@ class FedHyperConfig(FedHyperOptions):
   initial_client_learning_rate: float = 0.1
   client_epochs: float = 1.0
   client_batch_size: float = 20.0
-  shuffle: bool = True
-  clip_norm: float | None = None  # Clip each local gradient to this norm.
 
   @classmethod
   def variant(cls, name: str, **kwargs) -> 'FedHyperConfig':
@@ -118,100 +118,75 @@ def g_step(options: FedHyperOptions) -> server_steps.FedHyperGStep:
                                     options.alpha_hyper_lr)
 
 
-def build_fedhyper(
-    model_fn: Callable[[], tff.learning.models.VariableModel],
-    config: FedHyperConfig,
-    server_optimizer: tff.learning.optimizers.Optimizer | None = None,
-) -> tff.learning.templates.LearningProcess:
-  """Returns FedHyper as a `LearningProcess` over unbatched client datasets."""
-  if server_optimizer is None:
-    server_optimizer = tff.learning.optimizers.build_sgdm(learning_rate=1.0)
+def client_work(model_fn: Callable[[], Any], config: FedHyperConfig
+                ) -> tff.learning.templates.ClientWorkProcess:
+  """beta broadcast (and, for CL, Delta^{t-1}); K_i local steps, CL moving
+  the rate at every step; Delta_i weighted by nu_i."""
   cfg = config
-  types = process_parts.model_types(model_fn)
-  weights_type = types.weights_type
-  trainable_type = weights_type.trainable
-  g_rule = g_step(cfg)
   beta_low, beta_high = hypergradients.fedhyper_bounds(
       cfg.initial_client_learning_rate, cfg.gamma_beta)
-  f32 = np.float32
+  weights_type = parts.model_types(model_fn).weights_type
 
-  # -- state --------------------------------------------------------------
-
-  @tff.tensorflow.computation
   def initial_state():
-    weights = process_parts.initial_weights(model_fn)
-    trainable = tuple(weights.trainable)
-    return collections.OrderedDict(
-        global_model_weights=weights,
-        hparams=collections.OrderedDict(
-            client_learning_rate=tf.constant(
-                cfg.initial_client_learning_rate, f32),
-            server_learning_rate=tf.constant(cfg.initial_alpha, f32)),
-        previous_update=tuple(tf.zeros_like(v) for v in trainable),
-        server_optimizer_state=server_optimizer.initialize(
-            tuple(tf.TensorSpec(v.shape, v.dtype) for v in trainable)),
-        skipped_non_finite=tf.constant(0, tf.int32),
-    )
-
-  state_type = initial_state.type_signature.result
-
-  @tff.federated_computation
-  def initialize_fn():
-    return tff.federated_eval(initial_state, tff.SERVER)
-
-  # -- distributor ----------------------------------------------------------
-
-  @tff.tensorflow.computation(state_type)
-  def broadcast_payload(state):
-    payload = collections.OrderedDict(
-        model=state['global_model_weights'],
-        client_learning_rate=state['hparams']['client_learning_rate'])
+    state = collections.OrderedDict(client_learning_rate=tf.constant(
+        cfg.initial_client_learning_rate, np.float32))
     if cfg.client_side_local_schedule:  # CL's extra broadcast: Delta^{t-1}.
-      payload['previous_update'] = state['previous_update']
-    return payload
+      state['previous_update'] = parts.zeros_like_trainable(
+          weights_type.trainable)
+    return state
 
-  # -- client work ----------------------------------------------------------
-
-  @tff.tensorflow.computation(broadcast_payload.type_signature.result,
-                              types.data_type)
-  def client_update(payload, dataset):
+  def local(received, weights, dataset) -> parts.ClientStep:
     schedule = None
     if cfg.client_side_local_schedule:
       schedule = local_training.CLSchedule(
-          tuple(payload['previous_update']), cfg.beta_hyper_lr, beta_low,
+          tuple(received['previous_update']), cfg.beta_hyper_lr, beta_low,
           beta_high)
     out = local_training.train_locally(
-        model_fn(), payload['model'], dataset,
-        payload['client_learning_rate'], tf.constant(cfg.client_epochs, f32),
-        tf.constant(cfg.client_batch_size, f32), cfg.shuffle, schedule,
+        model_fn(), weights, dataset, received['client_learning_rate'],
+        tf.constant(cfg.client_epochs, np.float32),
+        tf.constant(cfg.client_batch_size, np.float32), cfg.shuffle, schedule,
         clip_norm=cfg.clip_norm)
-    weight = tf.where(out.non_finite > 0, 0.0,
-                      tf.cast(out.num_examples, tf.float32))
+    return parts.ClientStep(
+        out, collections.OrderedDict(delta=out.delta),
+        weight=tf.where(out.non_finite > 0, 0.0,
+                        tf.cast(out.num_examples, tf.float32)),
+        means=collections.OrderedDict(
+            client_learning_rate_mean=out.mean_learning_rate))
+
+  return parts.client_work(model_fn, initial_state, lambda state: state, local)
+
+
+def finalizer(model_fn: Callable[[], Any], config: FedHyperConfig,
+              server_optimizer: tff.learning.optimizers.Optimizer,
+              aggregate_type: Any) -> tff.learning.templates.FinalizerProcess:
+  """The server optimizer applies alpha Delta^t; G moves alpha and SL beta
+  by Delta^t . Delta^{t-1} (eq. 15, 17)."""
+  cfg = config
+  weights_type = parts.model_types(model_fn).weights_type
+  g_rule = g_step(cfg)
+  beta_low, beta_high = hypergradients.fedhyper_bounds(
+      cfg.initial_client_learning_rate, cfg.gamma_beta)
+
+  def initial_state():
     return collections.OrderedDict(
-        delta=out.delta, weight=weight,
-        mean_learning_rate=out.mean_learning_rate,
-        local_steps=out.local_steps,
-        costs=collections.OrderedDict(
-            local_steps=out.local_steps,
-            examples_processed=out.examples_processed,
-            non_finite_clients=out.non_finite),
-        model_metrics=out.model_metrics)
+        hparams=collections.OrderedDict(
+            client_learning_rate=tf.constant(
+                cfg.initial_client_learning_rate, np.float32),
+            server_learning_rate=tf.constant(cfg.initial_alpha, np.float32)),
+        previous_update=parts.zeros_like_trainable(weights_type.trainable),
+        server_optimizer_state=server_optimizer.initialize(
+            tuple(tf.TensorSpec(t.shape, t.dtype)
+                  for t in weights_type.trainable)),
+        skipped_non_finite=tf.constant(0, tf.int32))
 
-  # -- server update --------------------------------------------------------
-
-  @tff.tensorflow.computation(state_type, trainable_type)
-  def server_update(state, mean_delta):
+  def step(state, trainable, aggregate):
     hp = state['hparams']
     alpha, beta = hp['server_learning_rate'], hp['client_learning_rate']
-    weights = state['global_model_weights']
-    trainable = tuple(weights.trainable)
-    mean_delta = tuple(mean_delta)
+    mean_delta = tuple(aggregate['mean']['delta'])
     pseudo_gradient = tuple(-d for d in mean_delta)
     previous = tuple(state['previous_update'])
     hypergradient = tree_math.dot(pseudo_gradient, previous)
-    ok = tree_math.all_finite(mean_delta) & tf.math.is_finite(
-        hypergradient)
-
+    ok = tree_math.all_finite(mean_delta) & tf.math.is_finite(hypergradient)
     if cfg.global_schedule:
       alpha, _, _ = g_rule.next(collections.OrderedDict(alpha=alpha),
                                 pseudo_gradient, previous, 0.0)
@@ -222,51 +197,44 @@ def build_fedhyper(
     if cfg.server_side_local_schedule:  # Used by clients next round.
       new_beta = hypergradients.fedhyper_rate_step(
           beta, hypergradient, cfg.beta_hyper_lr, beta_low, beta_high)
-
-    pick = process_parts.pick
-    new_state = collections.OrderedDict(
-        global_model_weights=tff.learning.models.ModelWeights(
-            trainable=pick(ok, tuple(new_trainable), trainable),
-            non_trainable=tuple(weights.non_trainable)),
-        hparams=pick(ok, collections.OrderedDict(
-            client_learning_rate=new_beta, server_learning_rate=alpha), hp),
-        previous_update=pick(ok, pseudo_gradient, previous),
-        server_optimizer_state=pick(ok, opt_state,
-                                    state['server_optimizer_state']),
-        skipped_non_finite=state['skipped_non_finite'] + tf.cast(
-            tf.logical_not(ok), tf.int32),
-    )
-    metrics = collections.OrderedDict(
+    new_state = parts.guarded(
+        ok, state, hparams=collections.OrderedDict(
+            client_learning_rate=new_beta, server_learning_rate=alpha),
+        previous_update=pseudo_gradient, server_optimizer_state=opt_state)
+    measurements = collections.OrderedDict(
         server_learning_rate=alpha, client_learning_rate=beta,
         hypergradient=tf.where(ok, hypergradient, 0.0),
         update_norm=tf.where(ok, tree_math.norm(mean_delta), 0.0),
         skipped_non_finite=new_state['skipped_non_finite'])
-    return new_state, metrics
+    return parts.pick(ok, tuple(new_trainable), trainable), new_state, (
+        measurements)
 
-  # -- composition ------------------------------------------------------------
+  return parts.finalizer(weights_type, aggregate_type, initial_state, step)
 
-  @tff.federated_computation(tff.FederatedType(state_type, tff.SERVER),
-                             tff.FederatedType(types.data_type, tff.CLIENTS))
-  def next_fn(state, client_data):
-    payload = tff.federated_broadcast(
-        tff.federated_map(broadcast_payload, state))
-    out = tff.federated_map(client_update, (payload, client_data))
-    mean_delta = tff.federated_mean(out.delta, weight=out.weight)
-    new_state, fedhyper_metrics = tff.federated_map(
-        server_update, (state, mean_delta))
-    cost = process_parts.cost_metrics(out, [], payload)
-    cost['client_learning_rate_mean'] = tff.federated_mean(
-        out.mean_learning_rate)
-    metrics = tff.federated_zip(collections.OrderedDict(
-        client_work=collections.OrderedDict(
-            train=types.metrics_aggregation(out.model_metrics)),
-        fedhyper=fedhyper_metrics,
-        cost=tff.federated_zip(cost),
-    ))
-    return tff.learning.templates.LearningProcessOutput(new_state, metrics)
 
-  return process_parts.learning_process(initialize_fn, next_fn, state_type,
-                                        weights_type)
+def build_fedhyper(
+    model_fn: Callable[[], tff.learning.models.VariableModel],
+    config: FedHyperConfig,
+    server_optimizer: tff.learning.optimizers.Optimizer | None = None,
+) -> tff.learning.templates.LearningProcess:
+  """Returns FedHyper as a `LearningProcess` over unbatched client datasets."""
+  if server_optimizer is None:
+    server_optimizer = tff.learning.optimizers.build_sgdm(learning_rate=1.0)
+  work = client_work(model_fn, config)
+  aggregator = aggregators.StepMeanFactory()
+
+  def feed(state):
+    fed = collections.OrderedDict(
+        client_learning_rate=state['hparams']['client_learning_rate'])
+    if config.client_side_local_schedule:
+      fed['previous_update'] = state['previous_update']
+    return fed
+
+  return composer.compose(
+      'fedhyper', model_fn, work, aggregator,
+      finalizer(model_fn, config, server_optimizer,
+                composer.aggregate_type(work, aggregator)),
+      feed=feed)
 
 
 # CL's factor on eq. (20)'s hypergradient when none is given: from a 20-round

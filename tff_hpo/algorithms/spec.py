@@ -33,7 +33,7 @@ class AlgorithmSpec:
 
   `build(config, model_fn, num_train_clients)` returns a
   `tff.learning.templates.LearningProcess`, or a
-  `stateful_clients.StatefulClientsProcess` when clients keep state.
+  `composer.StatefulClientsProcess` when clients keep state.
   """
   name: str
   help: str
