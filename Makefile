@@ -38,7 +38,7 @@ run: data
 # every fast test file under a Bazel target.
 test: data
 	bash .ci/bazel.sh
-	$(PY) -m pytest -q -m slow tests
+	$(PY) -m pytest -q --durations=15 -m slow tests
 
 test-fast: data
 	$(PY) -m pytest -q -m "not slow" tests
