@@ -21,6 +21,7 @@ from tff_hpo import client_states
 def test_checkpoint_of_an_earlier_version_restores(tmp_path, algorithm):
   run_dir = tmp_path / algorithm
   shutil.copytree(os.path.join(make_legacy_runs.OUT, algorithm), run_dir)
+  make_legacy_runs.unpack_client_states(str(run_dir))
   process = make_legacy_runs.process_for(algorithm)
   stateful = hasattr(process, 'initial_client_state')
   if stateful:

@@ -1,7 +1,9 @@
 """Writes tests/data/legacy_runs/: run directories as this version saves them.
 
 Each holds a round-2 checkpoint of one hand-built algorithm on the linear
-model (and, for stateful clients, the clients' states) plus expected.json:
+model (and, for stateful clients, the clients' states, kept as JSON in
+client_states.json and written back into the runner's client_states/<round>.npz
+by `unpack_client_states` before a test loads them) plus expected.json:
 the model weights and hyperparameters the process reports from that state.
 tests/test_legacy_runs.py loads them with the current code; a change to a
 process's state layout must keep loading them (a migration), so that the
@@ -57,6 +59,34 @@ def reported(process, state) -> dict[str, np.ndarray]:
   return out
 
 
+def _pack_client_states(run_dir: str) -> None:
+  """client_states/<round>.npz -> client_states.json (arrays as lists)."""
+  folder = os.path.join(run_dir, 'client_states')
+  packed = {}
+  for name in sorted(os.listdir(folder)):
+    with np.load(os.path.join(folder, name)) as saved:
+      packed[name] = {k: {'dtype': str(saved[k].dtype),
+                          'value': saved[k].tolist()} for k in saved.files}
+  shutil.rmtree(folder)
+  with open(os.path.join(run_dir, 'client_states.json'), 'w') as f:
+    json.dump(packed, f, indent=1, sort_keys=True)
+
+
+def unpack_client_states(run_dir: str) -> None:
+  """client_states.json -> the .npz files the client runner reads."""
+  path = os.path.join(run_dir, 'client_states.json')
+  if not os.path.exists(path):
+    return
+  with open(path) as f:
+    packed = json.load(f)
+  folder = os.path.join(run_dir, 'client_states')
+  os.makedirs(folder, exist_ok=True)
+  for name, arrays in packed.items():
+    np.savez(os.path.join(folder, name),
+             **{k: np.asarray(v['value'], v['dtype'])
+                for k, v in arrays.items()})
+
+
 def write(algorithm: str) -> None:
   process = process_for(algorithm)
   run_dir = os.path.join(OUT, algorithm)
@@ -78,6 +108,8 @@ def write(algorithm: str) -> None:
       state = process.next(state, data).state
   checkpoint.Checkpoints(run_dir, clients, print).save(
       checkpoint.Checkpoint(state, 2, 38, 12))
+  if stateful:
+    _pack_client_states(run_dir)
   with open(os.path.join(run_dir, 'expected.json'), 'w') as f:
     json.dump({k: {'dtype': str(v.dtype), 'value': v.tolist()}
                for k, v in reported(process, state).items()}, f, indent=1,
