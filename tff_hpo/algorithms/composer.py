@@ -205,9 +205,11 @@ def _accessors(state_type, client_work, finalizer, feed):
       return collections.OrderedDict((k, hparams[k]) for k in keys)
 
     final_state = finalizer.set_hparams(state.finalizer, subset(final_keys))
-    work_state = client_work.set_hparams(state.client_work, subset(work_keys))
-    if feed is not None:
+    if feed is not None:  # The client work's copy follows the finalizer.
       work_state = feed(final_state)
+    else:
+      work_state = client_work.set_hparams(state.client_work,
+                                           subset(work_keys))
     return State(state.global_model_weights, state.distributor, work_state,
                  state.aggregator, final_state)
 

@@ -185,7 +185,7 @@ def client_work(
     if follow is not None:
       uploads_type = work.uploads.type_signature.member
       mean_uploads = (tff.federated_mean(work.uploads, weight=weight)
-                      if names(uploads_type) or len(uploads_type) else
+                      if len(uploads_type) else
                       tff.federated_value((), tff.SERVER))
       follow_tf = tff.tensorflow.computation(
           follow, state_type, mean_uploads.type_signature.member, np.float32)
@@ -210,7 +210,7 @@ def client_work(
             _constant(counts.broadcast, weight), weight)),
         bytes_uploaded=tff.federated_sum(tff.federated_map(
             _constant(counts.upload, weight), weight)))
-    if names(work.means.type_signature.member):
+    if len(work.means.type_signature.member):
       means = tff.federated_mean(work.means)
       for name in names(work.means.type_signature.member):
         cost[name] = means[name]
