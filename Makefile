@@ -35,10 +35,14 @@ run: data
 # `bazel build //...` and the fast tests through Bazel, then the slow ones
 # (real training, subprocesses) with pytest, so no test runs twice; pytest
 # last, so its summary closes the output. tests/test_test_targets.py keeps
-# every fast test file under a Bazel target.
+# every fast test file under a Bazel target. The slow tests keep one core
+# busy on average (Python tracing beside the worker's kernels), so two pytest
+# workers share this machine's 2 cores; each owns its own TFF worker.
+PYTEST_WORKERS ?= 2
+
 test: data
 	bash .ci/bazel.sh
-	$(PY) -m pytest -q --durations=15 -m slow tests
+	$(PY) -m pytest -q --durations=15 -n $(PYTEST_WORKERS) -m slow tests
 
 test-fast: data
 	$(PY) -m pytest -q -m "not slow" tests
