@@ -87,6 +87,14 @@ _WORKER = flags.DEFINE_string(
     'worker_binary', '',
     'TFF worker to run instead of the pip package\'s CPU-only one, e.g. a '
     'CUDA build (README: Accelerators).')
+_WORKERS = flags.DEFINE_integer(
+    'workers', 1,
+    'Local TFF workers; each round\'s clients are split among them (TFF\'s '
+    'mergeable-form context). Not for algorithms whose clients keep state.')
+_WORKER_ADDRESSES = flags.DEFINE_string(
+    'worker_addresses', '',
+    'host:port,... of TFF workers started elsewhere (README: Several '
+    'workers), used instead of local ones.')
 _STOP_EVALS = flags.DEFINE_integer(
     'early_stop_evals', 3, 'Evaluations recorded after reaching '
     '--early_stop_accuracy before stopping.')
@@ -130,7 +138,8 @@ def config_from_flags() -> config_lib.ExperimentConfig:
       emnist_invert_pixels=_INVERT.value,
       early_stop_accuracy=_STOP_ACCURACY.value,
       early_stop_evals=_STOP_EVALS.value,
-      worker_binary=_WORKER.value,
+      worker_binary=_WORKER.value, workers=_WORKERS.value,
+      worker_addresses=_WORKER_ADDRESSES.value,
       **{name: holder.value for name, holder in _OPTION_FLAGS.items()})
 
 
@@ -153,10 +162,13 @@ def main(argv: list[str]) -> int:
   from tasks.offline import sqlite_cache  # pylint: disable=g-import-not-at-top
   from tff_hpo import run_lock  # pylint: disable=g-import-not-at-top
   from tff_hpo import runtime  # pylint: disable=g-import-not-at-top
+  from tff_hpo import worker_pool  # pylint: disable=g-import-not-at-top
   try:
     cfg = tasks.resolve_config(config_from_flags())
     with run_lock.hold(cfg.run_dir):  # Before building: a busy dir ends here.
-      runtime.install(worker_binary=cfg.worker_binary or None)
+      runtime.install(worker_binary=cfg.worker_binary or None,
+                      workers=cfg.workers,
+                      worker_addresses=config_lib.worker_addresses(cfg))
       print(runtime.describe(), flush=True)
       from tff_hpo import experiment  # pylint: disable=g-import-not-at-top
       experiment.Experiment(cfg).run()
@@ -164,6 +176,9 @@ def main(argv: list[str]) -> int:
   except (config_lib.ConfigError, sqlite_cache.SourceDataError) as e:
     print(f'error: {e}', file=sys.stderr)
     return 2
+  except worker_pool.WorkerLost as e:
+    print(f'error: {e}', file=sys.stderr)
+    return 1
   except KeyboardInterrupt:
     print(f'interrupted; rerun the same command to resume {cfg.run_dir}',
           file=sys.stderr)

@@ -65,6 +65,8 @@ def main() -> int:
       'adabest')
   parser.add_argument('--rounds', type=int, default=30)
   parser.add_argument('--warmup', type=int, default=3)
+  parser.add_argument('--workers', type=int, default=1,
+                      help='local TFF workers sharing each round')
   parser.add_argument('--cache_dir', default=os.path.join(ROOT, '.cache/tff'))
   parser.add_argument('--out_dir',
                       default=os.path.join(ROOT, 'benchmarks', 'results'))
@@ -73,7 +75,7 @@ def main() -> int:
   import numpy as np  # pylint: disable=g-import-not-at-top
   from tff_hpo import runtime  # pylint: disable=g-import-not-at-top
 
-  runtime.install()
+  runtime.install(workers=args.workers)
   all_rows, per_algorithm = [], {}
   try:
     for algorithm in args.algorithms.split(','):
@@ -103,6 +105,7 @@ def main() -> int:
       'clients_per_round': cfg.clients_per_round,
       'client_batch_size': cfg.client_batch_size,
       'warmup_rounds': args.warmup, 'timed_rounds': args.rounds,
+      'workers': args.workers,
       'machine': f'{platform.machine()}, {os.cpu_count()} cores',
       'algorithms': per_algorithm,
   }

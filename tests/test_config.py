@@ -43,6 +43,30 @@ def test_bad_value_names_its_flag(tmp_path, field, value):
     _resolve(tmp_path, **{field: value})
 
 
+@pytest.mark.parametrize('settings, flag, expected', [
+    ({'workers': 0}, 'workers', 'a positive integer'),
+    ({'worker_addresses': 'localhost'}, 'worker_addresses', 'host:port'),
+    ({'worker_addresses': 'a:1,b:70000'}, 'worker_addresses', 'host:port'),
+    ({'workers': 2, 'worker_addresses': 'a:1'}, 'workers', '1 with'),
+    ({'worker_binary': sys.executable, 'worker_addresses': 'a:1'},
+     'worker_binary', 'unset with --worker_addresses'),
+    ({'algorithm': 'scaffold', 'workers': 2}, 'workers', 'one worker with'),
+    ({'algorithm': 'adabest', 'worker_addresses': 'a:1,b:2'},
+     'worker_addresses', 'one worker with'),
+])
+def test_bad_worker_settings_name_their_flag(tmp_path, settings, flag,
+                                             expected):
+  with pytest.raises(config_lib.ConfigError,
+                     match=f'^--{flag}: expected {expected}'):
+    _resolve(tmp_path, **settings)
+
+
+def test_several_workers_for_stateless_clients(tmp_path):
+  cfg = _resolve(tmp_path, algorithm='fathom', worker_addresses='h1:5, h2:6')
+  assert config_lib.worker_addresses(cfg) == ('h1:5', 'h2:6')
+  assert _resolve(tmp_path, algorithm='fedavg', workers=3).workers == 3
+
+
 def test_inverted_pixels_only_for_emnist(tmp_path):
   assert _resolve(tmp_path, emnist_invert_pixels=True).emnist_invert_pixels
   with pytest.raises(config_lib.ConfigError,

@@ -58,6 +58,10 @@ class ExperimentConfig:
   # The TFF worker to run ('' : TFF's pip worker_binary, CPU only); e.g. one
   # built with CUDA.
   worker_binary: str = ''
+  # Local TFF workers sharing each round's clients; or, instead, the
+  # addresses ("host:port,...") of workers started elsewhere.
+  workers: int = 1
+  worker_addresses: str = ''
   # The algorithms' own settings: instances of their `spec.Options`
   # dataclasses (e.g. `fathom.FathomOptions(gamma_batch_size=0.05)`); a
   # family left out takes its defaults. Field x of family p is flag --p_x.
@@ -207,8 +211,40 @@ def resolve(config: ExperimentConfig, task_names: tuple[str, ...],
     _require(problem is None, 'worker_binary',
              f'an executable TFF worker_binary ({problem})',
              config.worker_binary)
+  _check_workers(config, spec)
   _check_writable_root(config.output_root)
   return config
+
+
+def worker_addresses(config: ExperimentConfig) -> tuple[str, ...]:
+  return tuple(a.strip() for a in config.worker_addresses.split(',')
+               if a.strip())
+
+
+def _is_address(address: str) -> bool:
+  host, _, port = address.rpartition(':')
+  return bool(host) and port.isdigit() and 0 < int(port) < 65536
+
+
+def _check_workers(config: ExperimentConfig, spec: Any) -> None:
+  addresses = worker_addresses(config)
+  _require(isinstance(config.workers, int) and config.workers >= 1,
+           'workers', 'a positive integer', config.workers)
+  _require(all(_is_address(a) for a in addresses), 'worker_addresses',
+           'host:port[,host:port...]', config.worker_addresses)
+  _require(config.workers == 1 or not addresses, 'workers',
+           '1 with --worker_addresses (the workers there are the ones used)',
+           config.workers)
+  _require(not (config.worker_binary and addresses), 'worker_binary',
+           'unset with --worker_addresses (those workers run their own '
+           'binary)', config.worker_binary)
+  several = 'workers' if config.workers > 1 else 'worker_addresses'
+  _require(not spec.clients_keep_state or (config.workers == 1 and
+                                           len(addresses) <= 1), several,
+           f'one worker with --algorithm={config.algorithm}: its clients '
+           'return new states, which TFF\'s mergeable form (one aggregation '
+           'split across workers) could only rebuild by training every client '
+           'twice', getattr(config, several))
 
 
 def require_server_sgd_at_one(config: ExperimentConfig, why: str) -> None:

@@ -22,7 +22,7 @@ CLIENT_STATES_DIR = 'client_states'  # <round>.npz beside each checkpoint.
 RESUMABLE_CHANGES = frozenset({
     'total_rounds', 'rounds_per_eval', 'rounds_per_checkpoint', 'cache_dir',
     'offline_data_dir', 'output_root', 'early_stop_accuracy',
-    'early_stop_evals', 'worker_binary'})
+    'early_stop_evals', 'worker_binary', 'workers', 'worker_addresses'})
 
 
 def prepare(config: config_lib.ExperimentConfig, dataset_label: str,

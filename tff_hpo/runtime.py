@@ -1,51 +1,42 @@
-"""The TFF execution context and the life of its C++ worker process.
+"""The TFF execution context and the life of its C++ worker processes.
 
 TFF 0.87's default context starts `worker_binary` lazily from whichever thread
 first runs a computation, hands it our stdout/stderr, and only stops it from a
 `__del__` that does not run at interpreter exit. The orphan then keeps the
 output pipe open and a shell or CI job waits on it forever.
 
-This module owns that process instead:
+This module owns the workers instead (`worker_pool` starts and stops them):
 
-* it starts the worker itself, from the calling (main) thread, with
-  `PR_SET_PDEATHSIG` so the kernel kills it whenever this process dies, even by
-  SIGKILL;
-* the worker writes to a log file, never to our stdout/stderr, so even a
-  surviving worker could not hold a pipe;
+* they are started from the calling (main) thread, die with this process even
+  when it is SIGKILLed, and write to log files, never to our stdout/stderr;
 * `shutdown()` runs at normal exit (atexit), on exceptions, and on SIGINT or
   SIGTERM (Python's `KeyboardInterrupt`, and SIGTERM turned into
   `SystemExit`, so that `finally` blocks and atexit handlers run).
 
-Only the worker start-up differs from TFF's `local_cpp_executor_factory`; the
-executor stack, compiler and argument transforms are TFF's own. These are TFF
+One worker runs under TFF's synchronous context; several (started here, or
+at addresses) under TFF's mergeable-form context, which gives each worker a
+share of a round's clients and merges their aggregates. Only the worker
+start-up differs from TFF's `local_cpp_executor_factory`; the executor
+stack, compiler and argument transforms are TFF's own. These are TFF
 internals, stable because `requirements-tff.txt` pins TFF to exactly 0.87.0.
 """
 
 from __future__ import annotations
 
 import atexit
-import ctypes
 import mmap
 import os
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
-import time
-from typing import Optional
+from typing import Any, Optional, Sequence
 
-_PR_SET_PDEATHSIG = 1
-_READY_TIMEOUT_S = 60.0
-_GRPC_OPTIONS = [
-    ('grpc.max_message_length', 2 * 1000 * 1000 * 1000),
-    ('grpc.max_receive_message_length', 2 * 1000 * 1000 * 1000),
-    ('grpc.max_send_message_length', 2 * 1000 * 1000 * 1000),
-]
+from tff_hpo import worker_pool
 
 _lock = threading.RLock()
-_worker: Optional[subprocess.Popen] = None
-_installed = False
+_workers: list[worker_pool.Worker] = []
+_installed: Optional[tuple[int, tuple[str, ...]]] = None  # (workers, addresses)
 _binary: Optional[str] = None  # Set by install(worker_binary=...).
 # Printed by TensorFlow builds without CUDA; the pip worker_binary holds it.
 _NO_CUDA_MARKER = b'TensorFlow was not compiled with CUDA'
@@ -101,82 +92,38 @@ def describe() -> str:
     devices = ('CUDA build; GPUs: ' + '; '.join(gpus) if gpus else
                'CUDA build, but nvidia-smi lists no GPU: CPU only')
   kind = 'override' if _binary else 'stock pip worker'
+  with _lock:
+    remote = [w.address for w in _workers if w.process is None]
+    count = len(_workers)
+  if remote:
+    return (f'TFF workers: {count} at {", ".join(remote)} (started '
+            'elsewhere, on their own devices)')
+  if count > 1:
+    return (f'TFF workers: {count} local, each {path} ({kind}), a share of '
+            f'every round\'s clients each | devices: {devices}')
   return f'TFF worker: {path} ({kind}) | devices: {devices}'
 
 
-def _die_with_parent() -> None:
-  # Runs in the child between fork and exec.
-  libc = ctypes.CDLL('libc.so.6', use_errno=True)
-  libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-
-
-def _log_path() -> str:
-  return os.environ.get(
-      'TFF_HPO_WORKER_LOG',
-      os.path.join(tempfile.gettempdir(), f'tff_hpo_worker_{os.getpid()}.log'),
-  )
-
-
-def _start_worker():
-  """Starts a worker and returns (process, ready gRPC stub)."""
-  import grpc  # pylint: disable=g-import-not-at-top
-  import portpicker  # pylint: disable=g-import-not-at-top
-  from tensorflow_federated.python.core.impl.executors import remote_executor_grpc_stub  # pylint: disable=g-import-not-at-top
-
-  global _worker
-  port = portpicker.pick_unused_port()
-  log = open(_log_path(), 'ab')
-  _worker = subprocess.Popen(
-      [worker_binary_path(), f'--port={port}',
-       '--max_concurrent_computation_calls=-1'],
-      stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-      preexec_fn=_die_with_parent, close_fds=True,
-  )
-  log.close()
-  channel = grpc.insecure_channel(f'localhost:{port}', _GRPC_OPTIONS)
-  stub = remote_executor_grpc_stub.RemoteExecutorGrpcStub(channel)
-  deadline = time.monotonic() + _READY_TIMEOUT_S
-  while not stub.is_ready:
-    if _worker.poll() is not None:
-      raise RuntimeError(
-          f'TFF worker exited with code {_worker.returncode}; see {_log_path()}')
-    if time.monotonic() > deadline:
-      shutdown()
-      raise RuntimeError(f'TFF worker not ready after {_READY_TIMEOUT_S} s')
-    time.sleep(0.1)
-  return stub
-
-
 def shutdown() -> None:
-  """Stops the worker, if any. Safe to call any number of times."""
-  global _worker
+  """Stops the workers this process started, if any. Safe to call any number
+  of times."""
+  global _workers
   with _lock:
-    proc, _worker = _worker, None
-  if proc is None:
-    return
-  if proc.poll() is None:
-    proc.terminate()
-    try:
-      proc.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-      proc.kill()
-      proc.wait()
-  _remove_log_if_empty()
-
-
-def _remove_log_if_empty() -> None:
-  """A worker that said nothing leaves no file; one that did keeps it (an
-  error names it)."""
-  try:
-    if os.path.getsize(_log_path()) == 0:
-      os.remove(_log_path())
-  except OSError:
-    pass
+    workers, _workers = _workers, []
+  for worker in workers:
+    worker_pool.stop(worker)
 
 
 def worker_pid() -> Optional[int]:
+  """The pid of the (first) local worker, if one runs."""
+  pids = worker_pids()
+  return pids[0] if pids else None
+
+
+def worker_pids() -> list[int]:
+  """The pids of the local workers that run."""
   with _lock:
-    return None if _worker is None or _worker.poll() is not None else _worker.pid
+    return [w.pid for w in _workers if w.pid is not None]
 
 
 def _raise_system_exit(signum, frame):  # pylint: disable=unused-argument
@@ -184,55 +131,107 @@ def _raise_system_exit(signum, frame):  # pylint: disable=unused-argument
   raise SystemExit(128 + signum)
 
 
+def _executor_factory(index: int, default_num_clients: int,
+                      restart: bool) -> Any:
+  """TFF's executor factory over worker `index`: a single local worker that
+  died is replaced; in a several-worker run a lost worker ends the run."""
+  from tensorflow_federated.python.core.impl.executor_stacks import python_executor_stacks  # pylint: disable=g-import-not-at-top
+  from tensorflow_federated.python.core.impl.executors import remote_executor  # pylint: disable=g-import-not-at-top
+  from tensorflow_federated.python.core.impl.types import placements  # pylint: disable=g-import-not-at-top
+
+  def stack_fn(cardinalities):
+    with _lock:
+      if restart and (not _workers or not _workers[0].stub.is_ready):
+        for dead in _workers:
+          worker_pool.stop(dead)
+        _workers[:] = [worker_pool.start_local(worker_binary_path())]
+      if index >= len(_workers):
+        raise worker_pool.WorkerLost(
+            'the TFF runtime was shut down; a several-worker run needs a new '
+            'process')
+      worker = _workers[index]
+      worker_pool.check_alive(worker)
+    cardinalities.setdefault(placements.CLIENTS, default_num_clients)
+    executor = remote_executor.RemoteExecutor(worker.stub)
+    executor.set_cardinalities(cardinalities)
+    return executor
+
+  return python_executor_stacks.ResourceManagingExecutorFactory(
+      executor_stack_fn=stack_fn)
+
+
+def _context(default_num_clients: int) -> Any:
+  """One worker: TFF's synchronous context. Several: TFF's mergeable-form
+  context, which splits each round's clients into one subround per worker
+  and merges their aggregates."""
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  from tensorflow_federated.python.core.impl.execution_contexts import sync_execution_context  # pylint: disable=g-import-not-at-top
+  from tensorflow_federated.python.core.environments.tensorflow_frontend import tensorflow_computation  # pylint: disable=g-import-not-at-top
+
+  args = dict(compiler_fn=tff.backends.native.desugar_and_transform_to_native,
+              transform_args=tensorflow_computation.transform_args,
+              transform_result=tensorflow_computation.transform_result)
+  if len(_workers) == 1:
+    restart = _workers[0].process is not None
+    return sync_execution_context.SyncExecutionContext(
+        executor_fn=_executor_factory(0, default_num_clients, restart),
+        **args)
+  contexts = [tff.framework.AsyncExecutionContext(
+      executor_fn=_executor_factory(i, default_num_clients, False), **args)
+              for i in range(len(_workers))]
+  return tff.backends.native.create_mergeable_comp_execution_context(contexts)
+
+
 def install(default_num_clients: int = 0,
-            worker_binary: Optional[str] = None) -> None:
+            worker_binary: Optional[str] = None, workers: int = 1,
+            worker_addresses: Sequence[str] = ()) -> None:
   """Makes our worker-owning context TFF's default. Idempotent.
 
   `worker_binary` runs instead of TFF's pip worker (which is CPU-only), e.g.
-  one built with CUDA (see the README); it cannot change once installed.
+  one built with CUDA (see the README). `workers` > 1 starts that many local
+  workers and splits each round's clients among them; `worker_addresses`
+  (host:port, ...) uses workers started elsewhere instead. None of these can
+  change once installed.
   """
   global _installed, _binary
+  shape = (workers, tuple(worker_addresses))
   with _lock:
-    if _installed:
+    if _installed is not None:
       if worker_binary and os.path.abspath(worker_binary) != os.path.abspath(
           worker_binary_path()):
         raise RuntimeError(
             f'the TFF runtime already runs {worker_binary_path()}; '
             f'worker_binary={worker_binary!r} needs a new process')
+      if shape != (1, ()) and shape != _installed:
+        raise RuntimeError(
+            f'the TFF runtime already runs {len(_workers)} worker(s); '
+            f'workers={workers}, worker_addresses={list(worker_addresses)} '
+            'need a new process')
       return
     if worker_binary:
       problem = check_worker_binary(worker_binary)
       if problem:
         raise ValueError(f'worker_binary {worker_binary!r}: {problem}')
       _binary = worker_binary
+    if workers < 1 or (workers > 1 and worker_addresses):
+      raise ValueError('workers: expected 1 with worker_addresses, else >= 1; '
+                       f'got {workers}')
     import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
-    from tensorflow_federated.python.core.impl.executor_stacks import python_executor_stacks  # pylint: disable=g-import-not-at-top
-    from tensorflow_federated.python.core.impl.executors import remote_executor  # pylint: disable=g-import-not-at-top
-    from tensorflow_federated.python.core.impl.execution_contexts import sync_execution_context  # pylint: disable=g-import-not-at-top
-    from tensorflow_federated.python.core.environments.tensorflow_frontend import tensorflow_computation  # pylint: disable=g-import-not-at-top
-    from tensorflow_federated.python.core.impl.types import placements  # pylint: disable=g-import-not-at-top
 
-    stubs = [_start_worker()]  # From this (main) thread: see PR_SET_PDEATHSIG.
-
-    def stack_fn(cardinalities):
-      with _lock:
-        if not stubs[0].is_ready:  # Worker died: replace it.
-          shutdown()
-          stubs[0] = _start_worker()
-        stub = stubs[0]
-      cardinalities.setdefault(placements.CLIENTS, default_num_clients)
-      executor = remote_executor.RemoteExecutor(stub)
-      executor.set_cardinalities(cardinalities)
-      return executor
-
-    context = sync_execution_context.SyncExecutionContext(
-        executor_fn=python_executor_stacks.ResourceManagingExecutorFactory(
-            executor_stack_fn=stack_fn),
-        compiler_fn=tff.backends.native.desugar_and_transform_to_native,
-        transform_args=tensorflow_computation.transform_args,
-        transform_result=tensorflow_computation.transform_result,
-    )
-    tff.framework.set_default_context(context)
+    # Started from this (main) thread: see PR_SET_PDEATHSIG.
+    try:
+      if worker_addresses:
+        for i, address in enumerate(worker_addresses):
+          _workers.append(worker_pool.connect(address, i,
+                                              len(worker_addresses)))
+      else:
+        for i in range(workers):
+          _workers.append(worker_pool.start_local(worker_binary_path(), i,
+                                                  workers))
+    except BaseException:
+      shutdown()
+      raise
+    tff.framework.set_default_context(_context(default_num_clients))
     atexit.register(shutdown)
     # SIGINT already raises KeyboardInterrupt; SIGTERM would kill Python
     # without running atexit or `finally`. Leave handlers someone else set
@@ -240,7 +239,7 @@ def install(default_num_clients: int = 0,
     if (threading.current_thread() is threading.main_thread() and
         signal.getsignal(signal.SIGTERM) is signal.SIG_DFL):
       signal.signal(signal.SIGTERM, _raise_system_exit)
-    _installed = True
+    _installed = shape
 
 
 def _self_check() -> int:

@@ -18,6 +18,7 @@ from tests.conftest import ROOT
 from tff_hpo import config as config_lib
 from tff_hpo import optimizers
 from tff_hpo import round_metrics
+from tff_hpo.algorithms import composer
 from tff_hpo.algorithms import fedavg
 from tff_hpo.algorithms import registry
 
@@ -91,6 +92,10 @@ def test_every_spec_builds_a_process(tmp_path, settings):
   # The task only supplies defaults here; the model is the linear one.
   cfg = _resolve(tmp_path, task='emnist_cr', **settings)
   process = registry.build(cfg, linear_model.model_fn, num_train_clients=10)
+  # The spec says so exactly when the process takes and returns client
+  # states (several-worker runs are refused on it).
+  assert registry.SPECS[cfg.algorithm].clients_keep_state == isinstance(
+      process, composer.StatefulClientsProcess)
   state = process.initialize()
   assert process.get_model_weights(state).trainable
   hparams = round_metrics.flatten(process.get_hparams(state))

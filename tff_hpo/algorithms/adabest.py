@@ -173,7 +173,8 @@ def _build(config: config_lib.ExperimentConfig, model_fn: Callable[[], Any],
 SPEC = spec.AlgorithmSpec(
     name='adabest',
     help='AdaBest: client drift correction with a stable server estimate.',
-    build=_build, per_example_data=True, options=(AdaBestOptions,),
+    build=_build, per_example_data=True, clients_keep_state=True,
+    options=(AdaBestOptions,),
     # Its server step is its own (theta = theta_bar - h).
     validate=lambda c: config_lib.require_server_sgd_at_one(
         c, '--algorithm=adabest'))

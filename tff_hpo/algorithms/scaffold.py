@@ -174,11 +174,12 @@ SPECS = (
     spec.AlgorithmSpec(
         name='scaffold', help='SCAFFOLD (option II): control variates '
         'correct client drift.', build=_builder(False),
-        per_example_data=True),
+        per_example_data=True, clients_keep_state=True),
     spec.AlgorithmSpec(
         name='scaffold_exp', help='SCAFFOLD-ExP: SCAFFOLD with FedExP\'s '
         'extrapolated server step.', build=_builder(True),
-        per_example_data=True, eval_average_of_last_two=lambda c: True,
+        per_example_data=True, clients_keep_state=True,
+        eval_average_of_last_two=lambda c: True,
         options=(fedexp.FedExPOptions,),
         validate=lambda c: config_lib.require_server_sgd_at_one(
             c, 'FedExP\'s server step')),

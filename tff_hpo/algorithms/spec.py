@@ -41,6 +41,8 @@ class AlgorithmSpec:
   # Clients batch their own data (B is a broadcast hyperparameter), so they
   # receive one example per dataset element.
   per_example_data: bool = False
+  # Clients keep state between rounds (`composer.StatefulClientsProcess`).
+  clients_keep_state: bool = False
   # Evaluate the average of the last two global iterates (FedExP, Sec. 5).
   eval_average_of_last_two: Callable[[config_lib.ExperimentConfig],
                                      bool] = _never

@@ -1,0 +1,152 @@
+"""The TFF `worker_binary` processes a run uses: started and owned here, or
+reached at addresses where someone else started them.
+
+A local worker is started from the calling (main) thread with
+`PR_SET_PDEATHSIG`, so the kernel kills it whenever this process dies, even
+by SIGKILL, and writes to a log file, never to our stdout/stderr, so even a
+surviving worker could not hold a pipe open. `stop` ends it and removes its
+log if it said nothing; a worker that failed keeps its log, and the error
+names it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import os
+import signal
+import subprocess
+import tempfile
+import time
+from typing import Any, Optional
+
+_PR_SET_PDEATHSIG = 1
+READY_TIMEOUT_S = 60.0
+_GRPC_OPTIONS = [
+    ('grpc.max_message_length', 2 * 1000 * 1000 * 1000),
+    ('grpc.max_receive_message_length', 2 * 1000 * 1000 * 1000),
+    ('grpc.max_send_message_length', 2 * 1000 * 1000 * 1000),
+]
+
+
+class WorkerLost(RuntimeError):
+  """A worker of a several-worker run stopped answering mid-run."""
+
+
+@dataclasses.dataclass
+class Worker:
+  """One worker: its gRPC stub, and its process if this process owns it."""
+  name: str  # "worker 2 of 3" in messages.
+  address: str  # host:port
+  stub: Any  # RemoteExecutorGrpcStub
+  process: Optional[subprocess.Popen] = None  # None: started elsewhere.
+  log: Optional[str] = None
+
+  @property
+  def pid(self) -> Optional[int]:
+    if self.process is None or self.process.poll() is not None:
+      return None
+    return self.process.pid
+
+
+def log_path(index: int = 0) -> str:
+  """Worker `index`'s log; the first keeps the name it always had."""
+  suffix = f'_{index}' if index else ''
+  default = os.path.join(tempfile.gettempdir(),
+                         f'tff_hpo_worker_{os.getpid()}{suffix}.log')
+  configured = os.environ.get('TFF_HPO_WORKER_LOG')
+  if configured:
+    return configured + suffix
+  return default
+
+
+def _die_with_parent() -> None:
+  # Runs in the child between fork and exec.
+  libc = ctypes.CDLL('libc.so.6', use_errno=True)
+  libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def _stub(address: str) -> Any:
+  import grpc  # pylint: disable=g-import-not-at-top
+  from tensorflow_federated.python.core.impl.executors import remote_executor_grpc_stub  # pylint: disable=g-import-not-at-top
+  channel = grpc.insecure_channel(address, _GRPC_OPTIONS)
+  return remote_executor_grpc_stub.RemoteExecutorGrpcStub(channel)
+
+
+def start_local(binary: str, index: int = 0, count: int = 1) -> Worker:
+  """Starts `binary` on a free loopback port; returns it once it answers."""
+  import portpicker  # pylint: disable=g-import-not-at-top
+  port = portpicker.pick_unused_port()
+  log = log_path(index)
+  with open(log, 'ab') as out:
+    process = subprocess.Popen(
+        [binary, f'--port={port}', '--max_concurrent_computation_calls=-1'],
+        stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+        preexec_fn=_die_with_parent, close_fds=True)
+  worker = Worker(name=_name(index, count), address=f'localhost:{port}',
+                  stub=_stub(f'localhost:{port}'), process=process, log=log)
+  try:
+    _wait_ready(worker)
+  except BaseException:
+    stop(worker)
+    raise
+  return worker
+
+
+def connect(address: str, index: int = 0, count: int = 1) -> Worker:
+  """A worker someone else started at `address` (host:port)."""
+  worker = Worker(name=_name(index, count), address=address,
+                  stub=_stub(address))
+  _wait_ready(worker)
+  return worker
+
+
+def _name(index: int, count: int) -> str:
+  return f'worker {index + 1} of {count}' if count > 1 else 'worker'
+
+
+def _wait_ready(worker: Worker) -> None:
+  deadline = time.monotonic() + READY_TIMEOUT_S
+  while not worker.stub.is_ready:
+    if worker.process is not None and worker.process.poll() is not None:
+      raise RuntimeError(
+          f'TFF {worker.name} exited with code {worker.process.returncode}; '
+          f'see {worker.log}')
+    if time.monotonic() > deadline:
+      where = f'; see {worker.log}' if worker.log else ''
+      raise RuntimeError(f'TFF {worker.name} at {worker.address} not ready '
+                         f'after {READY_TIMEOUT_S:.0f} s{where}')
+    time.sleep(0.1)
+
+
+def check_alive(worker: Worker) -> None:
+  """Raises `WorkerLost` naming `worker` if it no longer answers."""
+  if worker.process is not None and worker.process.poll() is not None:
+    raise WorkerLost(
+        f'TFF {worker.name} (pid {worker.process.pid}, {worker.address}) '
+        f'exited with code {worker.process.returncode} mid-run; see '
+        f'{worker.log}. Rerun the same command to resume from the last '
+        'checkpoint.')
+  if not worker.stub.is_ready:
+    raise WorkerLost(
+        f'TFF {worker.name} at {worker.address} stopped answering mid-run. '
+        'Rerun the same command to resume from the last checkpoint.')
+
+
+def stop(worker: Worker) -> None:
+  """Ends a worker this process owns (others are left alone)."""
+  process = worker.process
+  if process is None:
+    return
+  if process.poll() is None:
+    process.terminate()
+    try:
+      process.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+      process.kill()
+      process.wait()
+  try:
+    if worker.log and os.path.getsize(worker.log) == 0:
+      os.remove(worker.log)
+  except OSError:
+    pass
