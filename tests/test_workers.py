@@ -93,7 +93,9 @@ def test_two_workers_match_one_and_resume_after_losing_one(tmp_path,
   assert two.returncode == 1, err
   last = err.strip().splitlines()[-1]
   assert last.startswith('error: TFF worker 2 of 2') and 'resume' in last, err
-  assert all(seconds > 0.5 for seconds in cpu.values()), cpu
+  # A started, idle worker has used 0.02 s; one that trained its 2 clients
+  # of round 1, 0.4-0.5 s (measured here).
+  assert all(seconds > 0.2 for seconds in cpu.values()), cpu
   _, alive = psutil.wait_procs(workers, timeout=10)
   assert not alive, 'a TFF worker outlived the runner'
   assert _rounds_done(run_dir) < ROUNDS
