@@ -141,16 +141,18 @@ def _executor_factory(index: int, default_num_clients: int,
 
   def stack_fn(cardinalities):
     with _lock:
-      if restart and (not _workers or not _workers[0].stub.is_ready):
-        for dead in _workers:
-          worker_pool.stop(dead)
-        _workers[:] = [worker_pool.start_local(worker_binary_path())]
-      if index >= len(_workers):
+      if restart:  # One local worker: replace it if it died (or was shut down).
+        if not _workers or not _workers[0].stub.is_ready:
+          for dead in _workers:
+            worker_pool.stop(dead)
+          _workers[:] = [worker_pool.start_local(worker_binary_path())]
+      elif index >= len(_workers):
         raise worker_pool.WorkerLost(
             'the TFF runtime was shut down; a several-worker run needs a new '
             'process')
+      else:
+        worker_pool.check_alive(_workers[index])
       worker = _workers[index]
-      worker_pool.check_alive(worker)
     cardinalities.setdefault(placements.CLIENTS, default_num_clients)
     executor = remote_executor.RemoteExecutor(worker.stub)
     executor.set_cardinalities(cardinalities)
