@@ -17,16 +17,14 @@ benchmarks/results/round_time.json (summary and ratios) and round_time.csv
 from __future__ import annotations
 
 import argparse
-import csv
 import io
-import json
 import os
-import platform
 import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+from benchmarks import outputs  # pylint: disable=g-import-not-at-top
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
 
@@ -69,7 +67,7 @@ def main() -> int:
                       help='local TFF workers sharing each round')
   parser.add_argument('--cache_dir', default=os.path.join(ROOT, '.cache/tff'))
   parser.add_argument('--out_dir',
-                      default=os.path.join(ROOT, 'benchmarks', 'results'))
+                      default=outputs.RESULTS)
   args = parser.parse_args()
 
   import numpy as np  # pylint: disable=g-import-not-at-top
@@ -106,22 +104,14 @@ def main() -> int:
       'client_batch_size': cfg.client_batch_size,
       'warmup_rounds': args.warmup, 'timed_rounds': args.rounds,
       'workers': args.workers,
-      'machine': f'{platform.machine()}, {os.cpu_count()} cores',
+      'machine': outputs.machine(),
       'algorithms': per_algorithm,
   }
   if 'fedavg' in per_algorithm:
     base = per_algorithm['fedavg']['ms_per_local_step']
     summary['ms_per_local_step_ratio_to_fedavg'] = {
         a: v['ms_per_local_step'] / base for a, v in per_algorithm.items()}
-  os.makedirs(args.out_dir, exist_ok=True)
-  with open(os.path.join(args.out_dir, 'round_time.json'), 'w') as f:
-    json.dump(summary, f, indent=1)
-  with open(os.path.join(args.out_dir, 'round_time.csv'), 'w',
-            newline='') as f:
-    writer = csv.DictWriter(f, fieldnames=list(all_rows[0]))
-    writer.writeheader()
-    writer.writerows(all_rows)
-  print(json.dumps(summary, indent=1))
+  outputs.write(args.out_dir, 'round_time', summary, all_rows)
   return 0
 
 

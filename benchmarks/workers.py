@@ -15,13 +15,14 @@ import argparse
 import csv
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+from benchmarks import outputs  # pylint: disable=g-import-not-at-top
 
 
 def _run(workers: int, rounds: int, out_dir: str) -> tuple[dict, list[dict]]:
@@ -64,20 +65,13 @@ def main() -> int:
   result = {
       'benchmark': f'FedAvg round time, {args.workers} local TFF workers / 1 '
                    '(EMNIST CR CNN, 10 clients of the FEMNIST subset, B = 20)',
-      'machine': f'{platform.machine()}, {os.cpu_count()} cores',
+      'machine': outputs.machine(),
       'timed_rounds_per_run': args.rounds,
       'runs': runs,
       'ratio_per_pair': ratios,
       'ratio_median': statistics.median(ratios),
   }
-  os.makedirs(args.out_dir, exist_ok=True)
-  with open(os.path.join(args.out_dir, 'workers.json'), 'w') as f:
-    json.dump(result, f, indent=1)
-  with open(os.path.join(args.out_dir, 'workers.csv'), 'w', newline='') as f:
-    writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-    writer.writeheader()
-    writer.writerows(rows)
-  print(json.dumps(result, indent=1))
+  outputs.write(args.out_dir, 'workers', result, rows)
   return 0
 
 

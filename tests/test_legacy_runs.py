@@ -11,6 +11,7 @@ import sys
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from tests.data import make_legacy_runs
 from tff_hpo import checkpoint
@@ -43,8 +44,19 @@ def test_checkpoint_of_an_earlier_version_restores(tmp_path, algorithm):
   assert set(got) == set(expected)
   for key, value in expected.items():
     np.testing.assert_array_equal(got[key], value, err_msg=key)
-  if stateful:
-    assert len(clients.store) == len(make_legacy_runs.CLIENT_IDS)
+  if stateful:  # The earlier runner's per-checkpoint .npz, imported.
+    assert clients.store.client_ids() == sorted(make_legacy_runs.CLIENT_IDS)
+    assert not [n for n in os.listdir(run_dir / 'client_states')
+                if n.endswith('.npz')]
+    with open(run_dir / 'client_states.json') as f:
+      saved = json.load(f)['2.npz']
+    for client_id, state in zip(make_legacy_runs.CLIENT_IDS,
+                                clients.store.gather(
+                                    make_legacy_runs.CLIENT_IDS)):
+      for i, leaf in enumerate(tf.nest.flatten(state)):
+        want = saved[f'{i}:{client_id}']
+        np.testing.assert_array_equal(
+            leaf, np.asarray(want['value'], want['dtype']))
 
 
 if __name__ == '__main__':  # Lets Bazel's py_test run the file.

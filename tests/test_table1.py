@@ -75,6 +75,14 @@ def test_mean_std_over_one_and_three_seeds(tmp_path):
   assert stat.text() == '2 ± 2 (3/3)'
 
 
+def test_runs_on_the_synthetic_scale_population_are_refused(tmp_path):
+  _run(tmp_path, 'x_fathom_s0', [0.5, 0.9], algorithm='fathom', seed=0)
+  run = _run(tmp_path, 'y_fedavg_s0', [0.5], algorithm='fedavg', seed=0)
+  (run / 'dataset.txt').write_text('SYNTHETIC population for scale tests\n')
+  with pytest.raises(ValueError, match='y_fedavg_s0: trained on SYNTHETIC'):
+    table1.load_runs(str(tmp_path))
+
+
 def test_unreached_runs_count_once_ended_and_rows_pair_algorithms(tmp_path):
   _run(tmp_path, 'authors_emnist_baseline_fathom_s0', [0.5, 0.9],
        algorithm='fathom', seed=0)

@@ -5,7 +5,7 @@ round it ends, and the cumulative costs the metrics report. On disk it is the
 list [state, round, examples, local steps] in `tff.program`'s
 `FileProgramStateManager`, the layout runs have always written, so run
 directories made by earlier versions keep resuming. Stateful clients' states
-are saved beside each checkpoint by the client runner.
+are kept by the client runner, consistent with each checkpoint.
 """
 
 from __future__ import annotations
@@ -54,6 +54,7 @@ class Checkpoints:
         self._log(f'checkpoint {version} unreadable ({e}); trying an older one')
         continue
       return Checkpoint(state, int(round_num), int(examples), int(steps))
+    self._clients.restore(0)  # Drops states of rounds before any checkpoint.
     return Checkpoint(initial_state, 0, 0, 0)
 
   def _load(self, version: int, initial_state: Any) -> list:

@@ -2,12 +2,12 @@
 and the two round runners the training loop calls without knowing which one
 it has.
 
-Only clients that have taken part hold an entry, so memory grows with the
-clients that participated, never with the population. `StatefulClients`
-gathers the sampled clients' states, passes them into the round as
-client-placed values and stores what the round returns; it owns one `.npz`
-per checkpoint (written atomically), so a resumed run continues with exactly
-the states it had. `StatelessClients` has the same methods and keeps nothing.
+`StatefulClients` gathers the sampled clients' states from disk, passes them
+into the round as client-placed values and writes what the round returns,
+versioned by round, so a resumed run continues with exactly the states of
+its checkpoint. `StatelessClients` has the same methods and keeps nothing.
+`ClientStateStore` keeps states in memory, for driving a process by hand
+(tests, notebooks) and as the earlier runner's layout.
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 import tensorflow as tf
+
+from tff_hpo import client_state_files
 
 
 class ClientStateStore:
@@ -54,16 +56,7 @@ class ClientStateStore:
 
   def load(self, path: str) -> None:
     """Replaces the store's content with the states saved at `path`."""
-    template = self._initial()
-    leaves: dict[str, dict[int, np.ndarray]] = {}
-    with np.load(path) as saved:
-      for key in saved.files:
-        index, client_id = key.split(':', 1)
-        leaves.setdefault(client_id, {})[int(index)] = saved[key]
-    self._states = {
-        client_id: tf.nest.pack_sequence_as(
-            template, [by_index[i] for i in range(len(by_index))])
-        for client_id, by_index in leaves.items()}
+    self._states = client_state_files.load_legacy(path, self._initial())
 
 
 class StatelessClients:
@@ -90,38 +83,34 @@ class StatelessClients:
 
 
 class StatefulClients:
-  """Clients whose states go into each round and come back out; `folder`
-  holds `<round>.npz` beside each checkpoint of that round."""
+  """Clients whose states go into each round and come back out. The states
+  live on disk in `folder` (`client_state_files.ClientStateFiles`), so memory
+  holds only the round's sampled clients, however many have taken part."""
 
   def __init__(self, next_fn: Callable[..., Any], initial: Callable[[], Any],
                folder: str):
     self._next = next_fn
-    self.store = ClientStateStore(initial)
-    self._folder = folder
+    self.store = client_state_files.ClientStateFiles(folder, initial)
+    self._round = 0
 
   def round(self, state: Any, client_ids: list[str]) -> tuple[Any, Any]:
     state, metrics, new_states = self._next(state, client_ids,
                                             self.store.gather(client_ids))
-    self.store.update(client_ids, new_states)
+    self._round += 1
+    self.store.update(client_ids, new_states, self._round)
     return state, metrics
 
-  def _path(self, round_num: int) -> str:
-    return os.path.join(self._folder, f'{round_num}.npz')
-
   def save(self, round_num: int) -> None:
-    """Call before the checkpoint, so every checkpoint has its states."""
-    os.makedirs(self._folder, exist_ok=True)
-    self.store.save(self._path(round_num))
+    """Every state is on disk once its round ends: nothing to write."""
+    del round_num
 
   def restore(self, round_num: int) -> None:
-    self.store.load(self._path(round_num))
+    self.store.restore(round_num)
+    self._round = round_num
 
   def keep_only(self, rounds: Sequence[int]) -> None:
-    """Deletes the states of checkpoints no longer kept."""
-    keep = {f'{r}.npz' for r in rounds}
-    for name in os.listdir(self._folder):
-      if name not in keep:
-        os.remove(os.path.join(self._folder, name))
+    """Deletes states that no kept checkpoint needs."""
+    self.store.keep_only(rounds)
 
   def metrics(self) -> dict[str, float]:
     return {'cost/clients_with_state': len(self.store),

@@ -17,7 +17,7 @@ from tff_hpo import config as config_lib
 
 METRICS_CSV = 'metrics.csv'
 CONFIG_JSON = 'config.json'
-CLIENT_STATES_DIR = 'client_states'  # <round>.npz beside each checkpoint.
+CLIENT_STATES_DIR = 'client_states'  # See client_state_files.
 # Settings a resumed run may change: they do not alter the trajectory.
 RESUMABLE_CHANGES = frozenset({
     'total_rounds', 'rounds_per_eval', 'rounds_per_checkpoint', 'cache_dir',

@@ -1,0 +1,62 @@
+"""A benchmark's runs, each in a process of its own so that one run's memory
+and caches do not reach the next: the parent starts `<script> --child=<name>`
+and reads the JSON lines it prints; the child trains through the same loop as
+run_experiment.py."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from typing import Any, Callable, Optional
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def collect(script: str, name: str, drop_flag: str) -> tuple[list[dict], dict]:
+  """Runs `script --child=name` with this process's flags but `drop_flag`;
+  returns its per-round rows (those with 'round') and its last line."""
+  result = subprocess.run(
+      [sys.executable, os.path.abspath(script), f'--child={name}'] +
+      [a for a in sys.argv[1:] if not a.startswith(drop_flag)],
+      check=True, capture_output=True, text=True)
+  lines = [json.loads(line) for line in result.stdout.splitlines()
+           if line.startswith('{')]
+  return [r for r in lines if 'round' in r], lines[-1]
+
+
+def train(settings: dict[str, Any], on_round: Callable[[int, dict], None],
+          cache_dir: str, prepare: Optional[Callable[[Any], None]] = None
+          ) -> str:
+  """Trains EMNIST CR with flag-named `settings` in a temporary run
+  directory (`prepare(experiment)` first, if given); returns the dataset
+  label. Owns the TFF runtime for the run."""
+  import tasks  # pylint: disable=g-import-not-at-top
+  from tff_hpo import experiment  # pylint: disable=g-import-not-at-top
+  from tff_hpo import runtime  # pylint: disable=g-import-not-at-top
+  from tff_hpo.algorithms import registry  # pylint: disable=g-import-not-at-top
+
+  runtime.install()
+  try:
+    with tempfile.TemporaryDirectory() as tmp:
+      cfg = tasks.resolve_config(registry.make_config(
+          task='emnist_cr', output_root=tmp, cache_dir=cache_dir,
+          offline_data_dir=os.path.join(ROOT, '..', 'shared', 'datasets'),
+          **settings))
+      exp = experiment.Experiment(cfg, out=io.StringIO())
+      if prepare:
+        prepare(exp)
+      exp.run(on_round=on_round)
+      return exp.task.dataset_label
+  finally:
+    runtime.shutdown()
+
+
+def worker_rss_bytes(field: str = 'VmRSS') -> int:
+  """Resident memory of the run's TFF workers (`VmHWM`: their peaks)."""
+  from benchmarks import outputs  # pylint: disable=g-import-not-at-top
+  from tff_hpo import runtime  # pylint: disable=g-import-not-at-top
+  return sum(outputs.rss_bytes(p, field) for p in runtime.worker_pids())

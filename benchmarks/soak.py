@@ -1,0 +1,101 @@
+"""Long runs: does host memory grow with rounds?
+
+  python benchmarks/soak.py [--algorithms=fedavg,fathom] [--rounds=1000]
+
+Each algorithm trains `--rounds` rounds on the offline FEMNIST subset in its
+own process, through the same loop as run_experiment.py (sampling, releases
+to CSV and TensorBoard, evaluation, checkpoints), and records the resident
+memory (VmRSS) of the runner and of its TFF worker every `--sample_every`
+rounds. Growth is reported from round `--from_round` (after tracing, caches
+and the first checkpoints have settled) to the last round, in percent.
+Writes benchmarks/results/soak.json and soak.csv.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+from benchmarks import child_runs  # pylint: disable=g-import-not-at-top
+from benchmarks import outputs  # pylint: disable=g-import-not-at-top
+
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+MB = 2**20
+
+
+def child(args) -> int:
+  """One soak run; prints a JSON row every `sample_every` rounds."""
+
+  def record(round_num, metrics):
+    if round_num % args.sample_every and round_num != 1:
+      return
+    print(json.dumps({
+        'algorithm': args.child, 'round': round_num,
+        'runner_rss_mb': outputs.rss_bytes() / MB,
+        'worker_rss_mb': child_runs.worker_rss_bytes() / MB,
+        'round_seconds': metrics['time/round_seconds'],
+        'eval_accuracy': metrics.get('eval/accuracy', '')}), flush=True)
+
+  label = child_runs.train(dict(
+      algorithm=args.child, total_rounds=args.rounds,
+      max_examples_per_client=args.max_examples_per_client or None,
+      rounds_per_eval=args.rounds_per_eval, eval_clients=args.eval_clients),
+      record, args.cache_dir)
+  print(json.dumps({'dataset': label}), flush=True)
+  return 0
+
+
+def _growth(rows: list[dict], from_round: int, key: str) -> dict:
+  start = min((r for r in rows if r['round'] >= from_round),
+              key=lambda r: r['round'])
+  end = rows[-1]
+  return {f'{key}_round_{start["round"]}': round(start[key], 1),
+          f'{key}_round_{end["round"]}': round(end[key], 1),
+          f'{key}_max': round(max(r[key] for r in rows), 1),
+          f'{key}_growth_percent': round(
+              100 * (end[key] / start[key] - 1), 2)}
+
+
+def main() -> int:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument('--algorithms', default='fedavg,fathom')
+  parser.add_argument('--rounds', type=int, default=1000)
+  parser.add_argument('--sample_every', type=int, default=10)
+  parser.add_argument('--from_round', type=int, default=100)
+  parser.add_argument('--rounds_per_eval', type=int, default=50)
+  parser.add_argument('--eval_clients', type=int, default=20)
+  parser.add_argument('--max_examples_per_client', type=int, default=0,
+                      help='0: the task default')
+  parser.add_argument('--child', help=argparse.SUPPRESS)
+  parser.add_argument('--cache_dir', default=os.path.join(ROOT, '.cache/tff'))
+  parser.add_argument('--out_dir', default=outputs.RESULTS)
+  args = parser.parse_args()
+  if args.child:
+    return child(args)
+
+  rows, summary, dataset = [], {}, ''
+  for algorithm in args.algorithms.split(','):
+    run_rows, last = child_runs.collect(__file__, algorithm, '--algorithms')
+    rows += run_rows
+    dataset = last['dataset']
+    summary[algorithm] = dict(
+        **_growth(run_rows, args.from_round, 'runner_rss_mb'),
+        **_growth(run_rows, args.from_round, 'worker_rss_mb'))
+  outputs.write(args.out_dir, 'soak', {
+      'benchmark': f'host memory over {args.rounds} rounds, sampled every '
+                   f'{args.sample_every}',
+      'dataset': dataset, 'machine': outputs.machine(),
+      'max_examples_per_client': args.max_examples_per_client or 'task default',
+      'rounds_per_eval': args.rounds_per_eval,
+      'eval_clients': args.eval_clients,
+      'goal': 'growth under 5 % from round 100 to the last',
+      'algorithms': summary}, rows)
+  return 0
+
+
+if __name__ == '__main__':
+  sys.exit(main())
