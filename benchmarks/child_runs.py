@@ -18,13 +18,20 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def collect(script: str, name: str, drop_flag: str) -> tuple[list[dict], dict]:
   """Runs `script --child=name` with this process's flags but `drop_flag`;
-  returns its per-round rows (those with 'round') and its last line."""
-  result = subprocess.run(
+  returns its per-round rows (those with 'round') and its last line. Each
+  line is echoed to stderr as it comes, so a long run shows its progress and
+  leaves its rows behind if stopped."""
+  child = subprocess.Popen(
       [sys.executable, os.path.abspath(script), f'--child={name}'] +
       [a for a in sys.argv[1:] if not a.startswith(drop_flag)],
-      check=True, capture_output=True, text=True)
-  lines = [json.loads(line) for line in result.stdout.splitlines()
-           if line.startswith('{')]
+      stdout=subprocess.PIPE, text=True)
+  lines = []
+  for line in child.stdout:
+    if line.startswith('{'):
+      lines.append(json.loads(line))
+      print(line, end='', file=sys.stderr, flush=True)
+  if child.wait():
+    raise subprocess.CalledProcessError(child.returncode, child.args)
   return [r for r in lines if 'round' in r], lines[-1]
 
 
