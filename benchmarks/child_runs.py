@@ -14,6 +14,8 @@ import tempfile
 from typing import Any, Callable, Optional
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+from tff_hpo import parent_death  # pylint: disable=g-import-not-at-top
 
 
 def collect(script: str, name: str, drop_flag: str) -> tuple[list[dict], dict]:
@@ -24,7 +26,8 @@ def collect(script: str, name: str, drop_flag: str) -> tuple[list[dict], dict]:
   child = subprocess.Popen(
       [sys.executable, os.path.abspath(script), f'--child={name}'] +
       [a for a in sys.argv[1:] if not a.startswith(drop_flag)],
-      stdout=subprocess.PIPE, text=True)
+      stdout=subprocess.PIPE, text=True,
+      preexec_fn=parent_death.die_with_parent)
   lines = []
   for line in child.stdout:
     if line.startswith('{'):

@@ -20,7 +20,6 @@ SIGINT or SIGTERM (its runners are stopped too and resume next time).
 from __future__ import annotations
 
 import argparse
-import ctypes
 import glob
 import os
 import re
@@ -30,12 +29,12 @@ import sys
 import time
 from typing import NamedTuple, Optional, Sequence
 
+from tff_hpo import parent_death
 from tff_hpo import run_lock
 from tff_hpo import run_status
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUNNER = os.path.join(ROOT, 'run_experiment.py')
-_PR_SET_PDEATHSIG = 1
 
 
 class Run(NamedTuple):
@@ -85,8 +84,7 @@ def plan(flagfiles: Sequence[str], seeds: Sequence[int]) -> list[Run]:
 def _die_with_parent() -> None:
   """In the child: SIGTERM when the sweep dies, so no runner is orphaned
   (each runner stops its own TFF worker on SIGTERM)."""
-  libc = ctypes.CDLL('libc.so.6', use_errno=True)
-  libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+  parent_death.die_with_parent(signal.SIGTERM)
   signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 

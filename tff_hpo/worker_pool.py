@@ -11,7 +11,6 @@ names it.
 
 from __future__ import annotations
 
-import ctypes
 import dataclasses
 import os
 import signal
@@ -20,7 +19,8 @@ import tempfile
 import time
 from typing import Any, Optional
 
-_PR_SET_PDEATHSIG = 1
+from tff_hpo import parent_death
+
 READY_TIMEOUT_S = 60.0
 _GRPC_OPTIONS = [
     ('grpc.max_message_length', 2 * 1000 * 1000 * 1000),
@@ -61,9 +61,7 @@ def log_path(index: int = 0) -> str:
 
 
 def _die_with_parent() -> None:
-  # Runs in the child between fork and exec.
-  libc = ctypes.CDLL('libc.so.6', use_errno=True)
-  libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+  parent_death.die_with_parent(signal.SIGKILL)
 
 
 def _stub(address: str) -> Any:
