@@ -61,9 +61,9 @@ class ClientStateFiles:
   def __init__(self, folder: str, initial: Callable[[], Any]):
     self._folder = folder
     self._initial = initial
-    template = initial()
+    self._template = initial()  # Its structure, for reading files back.
     self._state_bytes = sum(np.asarray(a).nbytes
-                            for a in tf.nest.flatten(template))
+                            for a in tf.nest.flatten(self._template))
     self._versions = self._scan(trim_after=None)
 
   def __len__(self) -> int:
@@ -82,7 +82,6 @@ class ClientStateFiles:
 
   def gather(self, client_ids: Iterable[str]) -> list[Any]:
     """The newest state of each client (read from disk), or `initial()`."""
-    template = self._initial()
     states = []
     for client_id in client_ids:
       versions = self._versions.get(client_id)
@@ -91,7 +90,7 @@ class ClientStateFiles:
         continue
       with np.load(self._path(client_id, versions[-1])) as saved:
         leaves = [saved[f'arr_{i}'] for i in range(len(saved.files))]
-      states.append(tf.nest.pack_sequence_as(template, leaves))
+      states.append(tf.nest.pack_sequence_as(self._template, leaves))
     return states
 
   def update(self, client_ids: Iterable[str], states: Iterable[Any],

@@ -94,21 +94,22 @@ def write(algorithm: str) -> None:
   data = [tf.data.Dataset.from_tensor_slices(d)
           for d in linear_model.client_data(7, (5, 8, 6))]
   stateful = hasattr(process, 'initial_client_state')
-  clients = (client_states.StatefulClients(
-      None, process.initial_client_state, os.path.join(run_dir,
-                                                       'client_states'))
-             if stateful else client_states.StatelessClients(None))
+  # Clients' states as the runner of that version kept them: in memory, saved
+  # as client_states/<round>.npz beside the checkpoint.
+  store = (client_states.ClientStateStore(process.initial_client_state)
+           if stateful else None)
   state = process.initialize()
   for _ in range(2):
     if stateful:
-      state, _, new = process.next(state, data,
-                                   clients.store.gather(CLIENT_IDS))
-      clients.store.update(CLIENT_IDS, new)
+      state, _, new = process.next(state, data, store.gather(CLIENT_IDS))
+      store.update(CLIENT_IDS, new)
     else:
       state = process.next(state, data).state
-  checkpoint.Checkpoints(run_dir, clients, print).save(
-      checkpoint.Checkpoint(state, 2, 38, 12))
+  checkpoint.Checkpoints(run_dir, client_states.StatelessClients(None),
+                         print).save(checkpoint.Checkpoint(state, 2, 38, 12))
   if stateful:
+    os.makedirs(os.path.join(run_dir, 'client_states'))
+    store.save(os.path.join(run_dir, 'client_states', '2.npz'))
     _pack_client_states(run_dir)
   with open(os.path.join(run_dir, 'expected.json'), 'w') as f:
     json.dump({k: {'dtype': str(v.dtype), 'value': v.tolist()}
