@@ -39,11 +39,11 @@ def collect(script: str, name: str, drop_flag: str) -> tuple[list[dict], dict]:
 
 
 def train(settings: dict[str, Any], on_round: Callable[[int, dict], None],
-          cache_dir: str, prepare: Optional[Callable[[Any], None]] = None
-          ) -> str:
-  """Trains EMNIST CR with flag-named `settings` in a temporary run
-  directory (`prepare(experiment)` first, if given); returns the dataset
-  label. Owns the TFF runtime for the run."""
+          cache_dir: str, prepare: Optional[Callable[[Any], None]] = None,
+          task: str = 'emnist_cr') -> str:
+  """Trains `task` with flag-named `settings` in a temporary run directory
+  (`prepare(experiment)` first, if given); returns the dataset label. Owns
+  the TFF runtime for the run."""
   import tasks  # pylint: disable=g-import-not-at-top
   from tff_hpo import experiment  # pylint: disable=g-import-not-at-top
   from tff_hpo import runtime  # pylint: disable=g-import-not-at-top
@@ -53,7 +53,7 @@ def train(settings: dict[str, Any], on_round: Callable[[int, dict], None],
   try:
     with tempfile.TemporaryDirectory() as tmp:
       cfg = tasks.resolve_config(registry.make_config(
-          task='emnist_cr', output_root=tmp, cache_dir=cache_dir,
+          task=task, output_root=tmp, cache_dir=cache_dir,
           offline_data_dir=os.path.join(ROOT, '..', 'shared', 'datasets'),
           **settings))
       exp = experiment.Experiment(cfg, out=io.StringIO())

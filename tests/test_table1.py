@@ -75,6 +75,14 @@ def test_mean_std_over_one_and_three_seeds(tmp_path):
   assert stat.text() == '2 ± 2 (3/3)'
 
 
+def test_a_run_stopped_before_its_first_round_is_left_out(tmp_path):
+  _run(tmp_path, 'x_fathom_s0', [0.5, 0.9], algorithm='fathom', seed=0)
+  started = _run(tmp_path, 'x_fedavg_s0', [0.5], algorithm='fedavg', seed=0,
+                 ended=False)
+  (started / 'metrics.csv').write_text('round\n')  # What such a run leaves.
+  assert [r.name for r in table1.load_runs(str(tmp_path))] == ['x_fathom_s0']
+
+
 def test_runs_on_the_synthetic_scale_population_are_refused(tmp_path):
   _run(tmp_path, 'x_fathom_s0', [0.5, 0.9], algorithm='fathom', seed=0)
   run = _run(tmp_path, 'y_fedavg_s0', [0.5], algorithm='fedavg', seed=0)

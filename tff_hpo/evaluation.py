@@ -7,6 +7,7 @@ from typing import Any, Optional
 import numpy as np
 import tensorflow as tf
 
+from tff_hpo import model_init
 from tff_hpo import round_metrics
 
 
@@ -19,7 +20,9 @@ class Evaluator:
   def __init__(self, model_fn, test_data, accuracy_metric: str,
                eval_clients: int, seed: int):
     import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
-    self._process = tff.learning.algorithms.build_fed_eval(model_fn)
+    # Every evaluation sets the weights first: the clients skip random init.
+    self._process = tff.learning.algorithms.build_fed_eval(
+        model_init.skip_random_init(model_fn))
     self._next = tff.simulation.compose_dataset_computation_with_learning_process(
         test_data.dataset_computation, self._process).next
     self._state = self._process.initialize()

@@ -52,7 +52,8 @@ class RunInfo:
 
 
 def load_runs(root: str) -> list[RunInfo]:
-  """Every run directory under `root` with a config and metrics."""
+  """Every run directory under `root` with a config and at least one
+  round of metrics (a run stopped before its first round has none)."""
   runs = []
   for name in sorted(os.listdir(root)):
     run_dir = os.path.join(root, name)
@@ -69,6 +70,8 @@ def load_runs(root: str) -> list[RunInfo]:
     suffix = f'_{config["algorithm"]}_s{config["seed"]}'
     row = name[:-len(suffix)] if name.endswith(suffix) else name
     frame = report.load_run(run_dir)
+    if frame.empty:
+      continue
     if 'eval/accuracy' not in frame:  # Not evaluated yet.
       frame['eval/accuracy'] = np.nan
     frame['train_seconds'] = frame['time/round_seconds'].cumsum()

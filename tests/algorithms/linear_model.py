@@ -9,15 +9,22 @@ import tensorflow_federated as tff
 NUM_FEATURES = 2
 
 
-def model_fn() -> tff.learning.models.VariableModel:
-  """y = x w + b with mean squared error, w and b starting at zero."""
+def model_fn(kernel='zeros', bias='zeros') -> tff.learning.models.VariableModel:
+  """y = x w + b with mean squared error, w and b starting at zero (or as
+  the Keras initializers `kernel` and `bias` draw them)."""
   keras_model = tf.keras.Sequential([tf.keras.layers.Dense(
-      1, kernel_initializer='zeros', bias_initializer='zeros',
+      1, kernel_initializer=kernel, bias_initializer=bias,
       input_shape=(NUM_FEATURES,))])
   return tff.learning.models.from_keras_model(
       keras_model, loss=tf.keras.losses.MeanSquaredError(),
       input_spec=(tf.TensorSpec([None, NUM_FEATURES], tf.float32),
                   tf.TensorSpec([None, 1], tf.float32)))
+
+
+def random_model_fn() -> tff.learning.models.VariableModel:
+  """The model with random initial weights from fixed seeds."""
+  return model_fn(tf.keras.initializers.GlorotUniform(seed=7),
+                  tf.keras.initializers.RandomNormal(seed=8))
 
 
 def client_data(seed: int, sizes: tuple[int, ...]

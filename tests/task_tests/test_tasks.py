@@ -24,6 +24,34 @@ def test_defaults_are_reddi_et_al():
   assert tasks.stackoverflow.SEQUENCE_LENGTH == 20
 
 
+def _initial_kernel(model_fn) -> np.ndarray:
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  with tf.Graph().as_default() as graph:
+    model = model_fn()
+    init = tf.compat.v1.global_variables_initializer()
+  with tf.compat.v1.Session(graph=graph) as session:
+    session.run(init)
+    return session.run(model.trainable_variables[0])
+
+
+def test_a_seed_fixes_weights_keras_draws_without_one():
+  # Like TFF's Stack Overflow model: Keras picks the initialiser's seed from
+  # Python's `random`, so every build (and process) started elsewhere.
+  import random  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  unseeded = lambda: tf.keras.Sequential(
+      [tf.keras.layers.Dense(3, input_shape=(4,))])
+  assert not np.array_equal(_initial_kernel(unseeded),
+                            _initial_kernel(unseeded))
+  state = random.getstate()
+  first = _initial_kernel(tasks.seeded_model_fn(unseeded, 5))
+  assert random.getstate() == state  # The caller's stream is left alone.
+  np.testing.assert_array_equal(
+      first, _initial_kernel(tasks.seeded_model_fn(unseeded, 5)))
+  assert not np.array_equal(
+      first, _initial_kernel(tasks.seeded_model_fn(unseeded, 6)))
+
+
 def _first_batches(task):
   """The first train and test batch of the first client, after TFF's own
   preprocessing (per-example train data: no shuffling)."""

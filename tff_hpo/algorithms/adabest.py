@@ -67,10 +67,10 @@ def client_work(model_fn: Callable[[], Any], client_learning_rate: float,
         client_learning_rate=tf.constant(client_learning_rate, np.float32),
         round_num=tf.constant(0, tf.int32))
 
-  def local(received, weights, dataset, client_state) -> parts.ClientStep:
+  def local(model, received, weights, dataset, client_state) -> parts.ClientStep:
     estimate = tuple(client_state['estimate'])
     out = local_training.train_locally(
-        model_fn(), weights, dataset, received['client_learning_rate'],
+        model, weights, dataset, received['client_learning_rate'],
         tf.constant(client_epochs, np.float32),
         tf.constant(client_batch_size, np.float32), shuffle,
         gradient_correction=tuple(-h for h in estimate), clip_norm=clip_norm)

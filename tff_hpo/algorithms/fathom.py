@@ -171,9 +171,9 @@ def client_work(model_fn: Callable[[], Any], config: FathomConfig,
         cfg.initial_learning_rate, cfg.initial_epochs,
         cfg.initial_batch_size)))
 
-  def local(hp, weights, dataset) -> parts.ClientStep:
+  def local(model, hp, weights, dataset) -> parts.ClientStep:
     out = local_training.train_locally(
-        model_fn(), weights, dataset, hp['client_learning_rate'],
+        model, weights, dataset, hp['client_learning_rate'],
         hp['client_epochs'], hp['client_batch_size'], cfg.shuffle,
         clip_norm=cfg.clip_norm, step_rounding=cfg.step_rounding)
     update = collections.OrderedDict(delta=out.delta, phi=out.phi)

@@ -13,6 +13,7 @@ from typing import Any, Callable
 import tensorflow_federated as tff
 
 from tff_hpo import config as config_lib
+from tff_hpo import model_init
 from tff_hpo import optimizers
 from tff_hpo.algorithms import spec
 
@@ -23,12 +24,14 @@ def build_fedavg(
     server_optimizer: tff.learning.optimizers.Optimizer,
     clip_norm: float | None = None,
 ) -> tff.learning.templates.LearningProcess:
-  return tff.learning.algorithms.build_weighted_fed_avg(
-      model_fn,
+  # TFF's builder, with clients that skip the initialisers they overwrite.
+  process = tff.learning.algorithms.build_weighted_fed_avg(
+      model_init.skip_random_init(model_fn),
       client_optimizer_fn=optimizers.client_optimizer(client_learning_rate,
                                                       clip_norm),
       server_optimizer_fn=server_optimizer,
   )
+  return model_init.with_initial_weights(process, model_fn)
 
 
 def _build(config: config_lib.ExperimentConfig, model_fn: Callable[[], Any],

@@ -17,6 +17,7 @@ import tensorflow_federated as tff
 
 from tff_hpo import aggregators
 from tff_hpo import config as config_lib
+from tff_hpo import model_init
 from tff_hpo import optimizers
 from tff_hpo.algorithms import spec
 
@@ -27,14 +28,16 @@ def build_fedexp(
     epsilon: float,
     clip_norm: float | None = None,
 ) -> tff.learning.templates.LearningProcess:
-  return tff.learning.algorithms.build_unweighted_fed_avg(
-      model_fn,
+  # TFF's builder, with clients that skip the initialisers they overwrite.
+  process = tff.learning.algorithms.build_unweighted_fed_avg(
+      model_init.skip_random_init(model_fn),
       client_optimizer_fn=optimizers.client_optimizer(client_learning_rate,
                                                       clip_norm),
       server_optimizer_fn=tff.learning.optimizers.build_sgdm(
           learning_rate=1.0),
       model_aggregator=aggregators.FedExPMeanFactory(epsilon),
   )
+  return model_init.with_initial_weights(process, model_fn)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -135,14 +135,14 @@ def client_work(model_fn: Callable[[], Any], config: FedHyperConfig
           weights_type.trainable)
     return state
 
-  def local(received, weights, dataset) -> parts.ClientStep:
+  def local(model, received, weights, dataset) -> parts.ClientStep:
     schedule = None
     if cfg.client_side_local_schedule:
       schedule = local_training.CLSchedule(
           tuple(received['previous_update']), cfg.beta_hyper_lr, beta_low,
           beta_high)
     out = local_training.train_locally(
-        model_fn(), weights, dataset, received['client_learning_rate'],
+        model, weights, dataset, received['client_learning_rate'],
         tf.constant(cfg.client_epochs, np.float32),
         tf.constant(cfg.client_batch_size, np.float32), cfg.shuffle, schedule,
         clip_norm=cfg.clip_norm)

@@ -27,6 +27,7 @@ import tensorflow_federated as tff
 
 from tff_hpo import communication
 from tff_hpo import local_training
+from tff_hpo import model_init
 
 ClientResult = tff.learning.templates.ClientResult
 
@@ -128,8 +129,9 @@ def client_work(
     model_fn: the model.
     initial_state: tf code () -> the work's state (an OrderedDict).
     payload: tf code state -> what is broadcast besides the model.
-    local: tf code (payload, model weights, dataset[, client state]) ->
-      `ClientStep`, run on each client.
+    local: tf code (model, payload, model weights, dataset[, client state])
+      -> `ClientStep`, run on each client. The model's variables start at
+      zero (`model_init.skip_random_init`): `local` assigns the weights.
     client_state_type: clients keep a state of this type: `next`'s second
       argument is then <model weights, client state> and the result's update
       <update, client_state> (the composer takes the new states out).
@@ -140,6 +142,7 @@ def client_work(
   """
   types = model_types(model_fn)
   weights_type = types.weights_type
+  client_model_fn = model_init.skip_random_init(model_fn)
   init_tf = tff.tensorflow.computation(initial_state)
   state_type = init_tf.type_signature.result
 
@@ -157,9 +160,9 @@ def client_work(
   @tff.tensorflow.computation(payload_type, arg_type, types.data_type)
   def client_tf(received, arg, dataset):
     if stateful:
-      step = local(received, arg[0], dataset, arg[1])
+      step = local(client_model_fn(), received, arg[0], dataset, arg[1])
     else:
-      step = local(received, arg, dataset)
+      step = local(client_model_fn(), received, arg, dataset)
     update = step.update
     if stateful:
       update = collections.OrderedDict(update=update,

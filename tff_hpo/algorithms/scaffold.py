@@ -51,12 +51,12 @@ def client_work(model_fn: Callable[[], Any], client_learning_rate: float,
         client_learning_rate=tf.constant(lr0, np.float32),
         control=parts.zeros_like_trainable(trainable_type))
 
-  def local(received, weights, dataset, client_state) -> parts.ClientStep:
+  def local(model, received, weights, dataset, client_state) -> parts.ClientStep:
     lr = received['client_learning_rate']
     server_control = tuple(received['control'])
     client_control = tuple(client_state['control'])
     out = local_training.train_locally(
-        model_fn(), weights, dataset, lr,
+        model, weights, dataset, lr,
         tf.constant(client_epochs, np.float32),
         tf.constant(client_batch_size, np.float32), shuffle,
         gradient_correction=tuple(
