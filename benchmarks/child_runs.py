@@ -5,6 +5,7 @@ run_experiment.py."""
 
 from __future__ import annotations
 
+import argparse
 import io
 import json
 import os
@@ -16,6 +17,17 @@ from typing import Any, Callable, Optional
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from tff_hpo import parent_death  # pylint: disable=g-import-not-at-top
+
+
+def add_flags(parser: argparse.ArgumentParser,
+              children: Optional[list[str]] = None) -> None:
+  """The flags every such benchmark has: the hidden `--child` (one of
+  `children`, if given) that makes the script a child run, the TFF data
+  cache and the results folder."""
+  from benchmarks import outputs  # pylint: disable=g-import-not-at-top
+  parser.add_argument('--child', choices=children, help=argparse.SUPPRESS)
+  parser.add_argument('--cache_dir', default=os.path.join(ROOT, '.cache/tff'))
+  parser.add_argument('--out_dir', default=outputs.RESULTS)
 
 
 def collect(script: str, name: str, drop_flag: str) -> tuple[list[dict], dict]:

@@ -62,9 +62,7 @@ def main() -> int:
   parser.add_argument('--warmup', type=int, default=2)
   parser.add_argument('--clients_per_round', type=int, default=0,
                       help='0: the task\'s default (Reddi et al.)')
-  parser.add_argument('--child', help=argparse.SUPPRESS)
-  parser.add_argument('--cache_dir', default=os.path.join(ROOT, '.cache/tff'))
-  parser.add_argument('--out_dir', default=outputs.RESULTS)
+  child_runs.add_flags(parser)
   args = parser.parse_args()
   if args.child:
     return child(args)

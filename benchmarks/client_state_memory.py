@@ -104,10 +104,7 @@ def main() -> int:
   parser.add_argument('--max_examples_per_client', type=int, default=20)
   parser.add_argument('--rounds_per_checkpoint', type=int, default=5)
   parser.add_argument('--stores', default='disk,memory')
-  parser.add_argument('--child', choices=['disk', 'memory'],
-                      help=argparse.SUPPRESS)
-  parser.add_argument('--cache_dir', default=os.path.join(ROOT, '.cache/tff'))
-  parser.add_argument('--out_dir', default=outputs.RESULTS)
+  child_runs.add_flags(parser, ['disk', 'memory'])
   args = parser.parse_args()
   if args.child:
     return child(args)

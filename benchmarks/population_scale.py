@@ -79,12 +79,9 @@ def main() -> int:
   parser.add_argument('--warmup', type=int, default=3)
   parser.add_argument('--rounds_per_eval', type=int, default=5)
   parser.add_argument('--eval_clients', type=int, default=20)
-  parser.add_argument('--child', choices=['subset', 'synthetic'],
-                      help=argparse.SUPPRESS)
-  parser.add_argument('--cache_dir', default=os.path.join(ROOT, '.cache/tff'))
+  child_runs.add_flags(parser, ['subset', 'synthetic'])
   parser.add_argument('--population_cache',
                       default=os.path.join(ROOT, '.cache/tff_emnist3400'))
-  parser.add_argument('--out_dir', default=outputs.RESULTS)
   args = parser.parse_args()
   if args.child:
     return child(args)

@@ -70,9 +70,7 @@ def main() -> int:
   parser.add_argument('--eval_clients', type=int, default=20)
   parser.add_argument('--max_examples_per_client', type=int, default=0,
                       help='0: the task default')
-  parser.add_argument('--child', help=argparse.SUPPRESS)
-  parser.add_argument('--cache_dir', default=os.path.join(ROOT, '.cache/tff'))
-  parser.add_argument('--out_dir', default=outputs.RESULTS)
+  child_runs.add_flags(parser)
   args = parser.parse_args()
   if args.child:
     return child(args)

@@ -48,6 +48,14 @@ def _terminate(signum, frame):  # pylint: disable=unused-argument
 
 @pytest.fixture(scope='session', autouse=True)
 def tff_runtime():
+  """Our runtime, when the collected tests imported TFF. Sessions of tests
+  that never do (file, NumPy and report tests: each Bazel target is one
+  session) skip TFF's import and a worker's start. A test that ran a TFF
+  computation without it would get TFF's own worker, which the check at the
+  session's end finds and fails."""
+  if 'tensorflow_federated' not in sys.modules:
+    yield None
+    return
   from tff_hpo import runtime
   signal.signal(signal.SIGTERM, _terminate)  # Before install(): it keeps it.
   runtime.install()

@@ -72,8 +72,8 @@ def test_normal_exit_leaves_no_worker(tmp_path, cache_dir):
   while proc.poll() is None:
     workers = _workers_of(proc) or workers
     for worker in workers:
-      try:
-        commands.add(worker.cmdline()[0])
+      try:  # An exiting worker (a zombie) has an empty command line.
+        commands.update(worker.cmdline()[:1])
       except psutil.NoSuchProcess:
         pass
     time.sleep(0.2)
