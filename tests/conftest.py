@@ -46,21 +46,26 @@ def _terminate(signum, frame):  # pylint: disable=unused-argument
   os.kill(os.getpid(), signum)
 
 
-@pytest.fixture(scope='session', autouse=True)
+@pytest.fixture(scope='session')
 def tff_runtime():
-  """Our runtime, when the collected tests imported TFF. Sessions of tests
-  that never do (file, NumPy and report tests: each Bazel target is one
-  session) skip TFF's import and a worker's start. A test that ran a TFF
-  computation without it would get TFF's own worker, which the check at the
-  session's end finds and fails."""
-  if 'tensorflow_federated' not in sys.modules:
-    yield None
-    return
+  """Our worker-owning runtime, for the whole session."""
   from tff_hpo import runtime
   signal.signal(signal.SIGTERM, _terminate)  # Before install(): it keeps it.
   runtime.install()
   yield runtime
   runtime.shutdown()
+
+
+@pytest.fixture(scope='session', autouse=True)
+def _runtime_if_tff_imported(request):
+  """The runtime, when the collected tests imported TFF. Sessions of tests
+  that never do (file, NumPy and report tests: each Bazel target is one
+  session) skip TFF's import and a worker's start; a test that needs the
+  runtime without importing TFF asks for `tff_runtime`. One that ran a TFF
+  computation without it would get TFF's own worker, which the check at the
+  session's end finds and fails."""
+  if 'tensorflow_federated' in sys.modules:
+    request.getfixturevalue('tff_runtime')
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -28,8 +28,8 @@ def test_bad_override_is_named(tmp_path):
   assert runtime.check_worker_binary(str(tmp_path / 'nope')) == 'no such file'
 
 
-def test_a_running_runtime_keeps_its_worker(tmp_path):
-  # The session's runtime (conftest) runs the stock worker.
+def test_a_running_runtime_keeps_its_worker(tmp_path, tff_runtime):
+  # The session's runtime runs the stock worker.
   with pytest.raises(RuntimeError, match='needs a new process'):
     runtime.install(worker_binary=str(tmp_path / 'other_worker'))
 
