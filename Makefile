@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 # on a CPU machine) out of the output. Training and tests keep TF's errors.
 QUIET := TF_CPP_MIN_LOG_LEVEL=3
 
-.PHONY: setup data run test test-fast benchmark clean
+.PHONY: setup data run test test-fast benchmark peers-env benchmark-peers clean
 
 # Set-up also registers this venv's Python as the notebooks' Jupyter kernel,
 # "tff_hpo (.venv)".
@@ -50,5 +50,18 @@ test-fast: data
 benchmark: data
 	$(PY) benchmarks/round_time.py
 
+# pfl (Apple) with a CPU build of torch, in an environment of its own, for
+# benchmarks/peers.py; outside `setup`, CI and the tests (1.1 GB).
+PEERS_VENV := .venv-peers
+peers-env: $(PEERS_VENV)/.installed
+
+$(PEERS_VENV)/.installed: benchmarks/peers/requirements.txt
+	test -x $(PEERS_VENV)/bin/python || $(PYTHON) -m venv $(PEERS_VENV)
+	$(PEERS_VENV)/bin/python -m pip install -q --disable-pip-version-check -r $<
+	touch $@
+
+benchmark-peers: data peers-env
+	$(PY) benchmarks/peers.py
+
 clean:
-	rm -rf $(VENV) .cache
+	rm -rf $(VENV) $(PEERS_VENV) .cache

@@ -15,6 +15,9 @@ import sys
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')  # C++ start-up chatter.
 
+from tff_hpo import malloc_limits  # pylint: disable=g-import-not-at-top
+malloc_limits.limit_this_process()  # Before TensorFlow starts its threads.
+
 from absl import app  # pylint: disable=g-import-not-at-top
 from absl import flags
 from absl import logging

@@ -56,12 +56,12 @@ def train(settings: dict[str, Any], on_round: Callable[[int, dict], None],
   """Trains `task` with flag-named `settings` in a temporary run directory
   (`prepare(experiment)` first, if given); returns the dataset label. Owns
   the TFF runtime for the run."""
+  from tff_hpo import runtime  # pylint: disable=g-import-not-at-top
+  runtime.install()  # First: its malloc limits act before TF's threads.
   import tasks  # pylint: disable=g-import-not-at-top
   from tff_hpo import experiment  # pylint: disable=g-import-not-at-top
-  from tff_hpo import runtime  # pylint: disable=g-import-not-at-top
   from tff_hpo.algorithms import registry  # pylint: disable=g-import-not-at-top
 
-  runtime.install()
   try:
     with tempfile.TemporaryDirectory() as tmp:
       cfg = tasks.resolve_config(registry.make_config(

@@ -83,12 +83,16 @@ def main() -> int:
       timed = rows[args.warmup:]
       secs = np.array([r['seconds'] for r in timed])
       steps = np.array([r['local_steps'] for r in timed])
+      examples = np.array([r['examples'] for r in timed])
       per_algorithm[algorithm] = {
           'round_seconds_mean': float(secs.mean()),
           'round_seconds_median': float(np.median(secs)),
           'round_seconds_std': float(secs.std()),
           'local_steps_per_round_mean': float(steps.mean()),
           'ms_per_local_step': float(1000 * secs.sum() / steps.sum()),
+          # FedAvg's partial last batches make cheaper steps than the full
+          # batches of the K_i = floor(nu_i E / B) loops: also per example.
+          'ms_per_example': float(1000 * secs.sum() / examples.sum()),
           'bytes_broadcast_per_round': timed[-1]['bytes_broadcast'],
           'bytes_uploaded_per_round': timed[-1]['bytes_uploaded'],
           # Host memory for client state after all rounds (SCAFFOLD, AdaBest).
@@ -111,6 +115,9 @@ def main() -> int:
     base = per_algorithm['fedavg']['ms_per_local_step']
     summary['ms_per_local_step_ratio_to_fedavg'] = {
         a: v['ms_per_local_step'] / base for a, v in per_algorithm.items()}
+    base = per_algorithm['fedavg']['ms_per_example']
+    summary['ms_per_example_ratio_to_fedavg'] = {
+        a: v['ms_per_example'] / base for a, v in per_algorithm.items()}
   outputs.write(args.out_dir, 'round_time', summary, all_rows)
   return 0
 

@@ -14,6 +14,7 @@ Writes benchmarks/results/soak.json and soak.csv.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import json
 import os
 import sys
@@ -22,6 +23,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from benchmarks import child_runs  # pylint: disable=g-import-not-at-top
 from benchmarks import outputs  # pylint: disable=g-import-not-at-top
+from tff_hpo import malloc_limits  # pylint: disable=g-import-not-at-top
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 MB = 2**20
@@ -70,14 +72,26 @@ def main() -> int:
   parser.add_argument('--eval_clients', type=int, default=20)
   parser.add_argument('--max_examples_per_client', type=int, default=0,
                       help='0: the task default')
+  parser.add_argument('--jobs', type=int, default=1,
+                      help='algorithms run at once')
+  parser.add_argument('--glibc_malloc', action='store_true',
+                      help="glibc's default malloc settings instead of "
+                      "tff_hpo.malloc_limits' (how runs were before them)")
   child_runs.add_flags(parser)
   args = parser.parse_args()
+  if args.glibc_malloc:
+    os.environ[malloc_limits.OPT_OUT] = '0'  # Read by the child at start.
   if args.child:
     return child(args)
 
   rows, summary, dataset = [], {}, ''
-  for algorithm in args.algorithms.split(','):
-    run_rows, last = child_runs.collect(__file__, algorithm, '--algorithms')
+  algorithms = args.algorithms.split(',')
+  # Memory, not time, is measured: the runs may share the cores.
+  with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
+    runs = list(pool.map(
+        lambda a: child_runs.collect(__file__, a, '--algorithms'),
+        algorithms))
+  for algorithm, (run_rows, last) in zip(algorithms, runs):
     rows += run_rows
     dataset = last['dataset']
     summary[algorithm] = dict(
@@ -88,6 +102,8 @@ def main() -> int:
                    f'{args.sample_every}',
       'dataset': dataset, 'machine': outputs.machine(),
       'max_examples_per_client': args.max_examples_per_client or 'task default',
+      'malloc': ('glibc defaults' if args.glibc_malloc else
+                 f'tff_hpo.malloc_limits: {malloc_limits.SETTINGS}'),
       'rounds_per_eval': args.rounds_per_eval,
       'eval_clients': args.eval_clients,
       'goal': 'growth under 5 % from round 100 to the last',

@@ -1,5 +1,6 @@
 """Which worker runs, and what it can use: the stock pip worker is CPU-only;
-a CUDA-built one (TFF_HPO_GPU_WORKER) is tested where a GPU exists."""
+a CUDA-built one (TFF_HPO_GPU_WORKER) is tested where a GPU exists. Workers
+and the runner run with `malloc_limits`' allocator settings."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import sys
 import pytest
 
 from tests.conftest import ROOT
+from tff_hpo import malloc_limits
 from tff_hpo import runtime
 
 GPU_WORKER = os.environ.get('TFF_HPO_GPU_WORKER', '')
@@ -32,6 +34,28 @@ def test_a_running_runtime_keeps_its_worker(tmp_path, tff_runtime):
   # The session's runtime runs the stock worker.
   with pytest.raises(RuntimeError, match='needs a new process'):
     runtime.install(worker_binary=str(tmp_path / 'other_worker'))
+
+
+def test_the_worker_starts_with_the_malloc_limits(tff_runtime):
+  with open(f'/proc/{runtime.worker_pid()}/environ', 'rb') as f:
+    environ = dict(v.split(b'=', 1) for v in f.read().split(b'\0') if v)
+  for name, value in malloc_limits.SETTINGS.items():
+    expected = os.environ.get(name, str(value))
+    assert environ.get(name.encode()) == expected.encode(), name
+
+
+def test_malloc_limits_leave_the_users_values():
+  env = malloc_limits.worker_environment({'MALLOC_ARENA_MAX': '4', 'A': 'b'})
+  assert env == {'MALLOC_ARENA_MAX': '4', 'A': 'b',
+                 'MALLOC_MMAP_THRESHOLD_': str(1 << 20),
+                 'MALLOC_TRIM_THRESHOLD_': str(128 << 10)}
+  # mallopt reports failure with 0: applying raises, so these took effect.
+  assert malloc_limits.limit_this_process(
+      {'MALLOC_MMAP_THRESHOLD_': '65536'}) == {
+          'MALLOC_ARENA_MAX': 2, 'MALLOC_TRIM_THRESHOLD_': 128 << 10}
+  off = {malloc_limits.OPT_OUT: '0'}
+  assert malloc_limits.worker_environment(off) == off
+  assert malloc_limits.limit_this_process(off) == {}
 
 
 @pytest.mark.skipif(not (GPU_WORKER and runtime.visible_gpus()),

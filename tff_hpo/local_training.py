@@ -54,7 +54,8 @@ def train_locally(model: tff.learning.models.VariableModel,
                   schedule: Optional[CLSchedule] = None,
                   gradient_correction: Any = None,
                   clip_norm: Optional[float] = None,
-                  step_rounding: str = 'floor') -> ClientOutput:
+                  step_rounding: str = 'floor',
+                  track_phi: bool = False) -> ClientOutput:
   """Runs K_i SGD steps from `initial_weights` on the unbatched `dataset`.
 
   phi_i = min over steps k of cos(sum_{j<=k} g_j, g_k): eq. (12)'s normalized
@@ -71,17 +72,20 @@ def train_locally(model: tff.learning.models.VariableModel,
   drift corrections of SCAFFOLD (c - c_i) and AdaBest (-h_i). With
   `clip_norm`, the raw gradient is first clipped to that global L2 norm.
   `step_rounding` rounds nu_i E / B down (the paper) or up (the authors' code).
+  phi_i costs a model-sized sum and three norms per step: only with
+  `track_phi` (FATHOM); otherwise it is returned as 1.
   Everything runs in one `tf.function`, whose automatic control dependencies
   order the variable updates before the reads (TFF traces in graph mode).
   """
   return tf.function(_train)(model, initial_weights, dataset, learning_rate,
                              epochs, batch, shuffle, schedule,
-                             gradient_correction, clip_norm, step_rounding)
+                             gradient_correction, clip_norm, step_rounding,
+                             track_phi)
 
 
 def _train(model, initial_weights, dataset, learning_rate, epochs, batch,
            shuffle, schedule, gradient_correction, clip_norm,
-           step_rounding) -> ClientOutput:
+           step_rounding, track_phi) -> ClientOutput:
   weights = tff.learning.models.ModelWeights.from_model(model)
   for v, t in zip(tf.nest.flatten(weights), tf.nest.flatten(initial_weights)):
     v.assign(t)
@@ -108,9 +112,10 @@ def _train(model, initial_weights, dataset, learning_rate, epochs, batch,
     if gradient_correction is not None:
       grads = tuple(tree_math.add_to(c, g)
                     for g, c in zip(grads, gradient_correction))
-    # Embedding gradients stay IndexedSlices: only their rows are touched.
-    grad_sum = tuple(tree_math.add_to(s, g) for s, g in zip(grad_sum, grads))
-    phi = tf.minimum(phi, tree_math.cosine(grad_sum, grads))
+    if track_phi:
+      # Embedding gradients stay IndexedSlices: only their rows are touched.
+      grad_sum = tuple(tree_math.add_to(s, g) for s, g in zip(grad_sum, grads))
+      phi = tf.minimum(phi, tree_math.cosine(grad_sum, grads))
     if schedule is not None:
       lr = tf.where(k > 0, hypergradients.fedhyper_cl_step(
           lr, grads, previous_grads, schedule.previous_update, steps,
@@ -128,7 +133,8 @@ def _train(model, initial_weights, dataset, learning_rate, epochs, batch,
 
   zeros = tuple(tf.zeros_like(v) for v in trainable)
   learning_rate = tf.cast(learning_rate, tf.float32)
-  initial = (zeros, tf.constant(1.0, tf.float32), tf.constant(0, tf.int64),
+  initial = (zeros if track_phi else (), tf.constant(1.0, tf.float32),
+             tf.constant(0, tf.int64),
              learning_rate, tf.constant(0.0, tf.float32),
              zeros if schedule is not None else (), tf.constant(0, tf.int64))
   _, phi, processed, _, lr_sum, _, taken = data.reduce(initial, step)

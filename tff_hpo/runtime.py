@@ -11,7 +11,9 @@ This module owns the workers instead (`worker_pool` starts and stops them):
   when it is SIGKILLed, and write to log files, never to our stdout/stderr;
 * `shutdown()` runs at normal exit (atexit), on exceptions, and on SIGINT or
   SIGTERM (Python's `KeyboardInterrupt`, and SIGTERM turned into
-  `SystemExit`, so that `finally` blocks and atexit handlers run).
+  `SystemExit`, so that `finally` blocks and atexit handlers run);
+* they and this process run with `malloc_limits`' allocator settings, which
+  keep a long run's resident memory from growing with rounds.
 
 One worker runs under TFF's synchronous context; several (started here, or
 at addresses) under TFF's mergeable-form context, which gives each worker a
@@ -32,6 +34,7 @@ import sys
 import threading
 from typing import Any, Optional, Sequence
 
+from tff_hpo import malloc_limits
 from tff_hpo import worker_pool
 
 _lock = threading.RLock()
@@ -218,6 +221,9 @@ def install(default_num_clients: int = 0,
     if workers < 1 or (workers > 1 and worker_addresses):
       raise ValueError('workers: expected 1 with worker_addresses, else >= 1; '
                        f'got {workers}')
+    # Before TensorFlow starts its threads, where possible: long runs would
+    # otherwise creep up in resident memory (see the module).
+    malloc_limits.limit_this_process()
     import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
 
     # Started from this (main) thread: see PR_SET_PDEATHSIG.

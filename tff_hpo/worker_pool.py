@@ -19,6 +19,7 @@ import tempfile
 import time
 from typing import Any, Optional
 
+from tff_hpo import malloc_limits
 from tff_hpo import parent_death
 
 READY_TIMEOUT_S = 60.0
@@ -80,6 +81,7 @@ def start_local(binary: str, index: int = 0, count: int = 1) -> Worker:
     process = subprocess.Popen(
         [binary, f'--port={port}', '--max_concurrent_computation_calls=-1'],
         stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+        env=malloc_limits.worker_environment(),
         preexec_fn=_die_with_parent, close_fds=True)
   worker = Worker(name=_name(index, count), address=f'localhost:{port}',
                   stub=_stub(f'localhost:{port}'), process=process, log=log)

@@ -175,7 +175,8 @@ def client_work(model_fn: Callable[[], Any], config: FathomConfig,
     out = local_training.train_locally(
         model, weights, dataset, hp['client_learning_rate'],
         hp['client_epochs'], hp['client_batch_size'], cfg.shuffle,
-        clip_norm=cfg.clip_norm, step_rounding=cfg.step_rounding)
+        clip_norm=cfg.clip_norm, step_rounding=cfg.step_rounding,
+        track_phi=True)
     update = collections.OrderedDict(delta=out.delta, phi=out.phi)
     if server_step.needs_client_squared_norms:
       update['squared_norm'] = tf.square(tree_math.norm(out.delta))
