@@ -8,7 +8,11 @@ to CSV and TensorBoard, evaluation, checkpoints), and records the resident
 memory (VmRSS) of the runner and of its TFF worker every `--sample_every`
 rounds. Growth is reported from round `--from_round` (after tracing, caches
 and the first checkpoints have settled) to the last round, in percent.
-Writes benchmarks/results/soak.json and soak.csv.
+Writes benchmarks/results/soak.json and soak.csv (soak_glibc_malloc.* with
+`--glibc_malloc`). A run cut short keeps its
+rows in its log (each is echoed to stderr as it comes):
+`--rows_from=<log>` summarises those instead of training, with the rounds
+each algorithm reached.
 """
 
 from __future__ import annotations
@@ -52,14 +56,41 @@ def child(args) -> int:
 
 
 def _growth(rows: list[dict], from_round: int, key: str) -> dict:
-  start = min((r for r in rows if r['round'] >= from_round),
-              key=lambda r: r['round'])
-  end = rows[-1]
+  """Endpoints, maximum and least-squares slope from `from_round` on: the
+  memory saws up and down between samples, so one endpoint alone can mislead.
+  """
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  tail = [r for r in rows if r['round'] >= from_round]
+  start, end = tail[0], tail[-1]
+  slope = (np.polyfit([r['round'] for r in tail], [r[key] for r in tail], 1)[0]
+           if len(tail) > 1 else 0.0)
   return {f'{key}_round_{start["round"]}': round(start[key], 1),
           f'{key}_round_{end["round"]}': round(end[key], 1),
-          f'{key}_max': round(max(r[key] for r in rows), 1),
+          f'{key}_max': round(max(r[key] for r in tail), 1),
           f'{key}_growth_percent': round(
-              100 * (end[key] / start[key] - 1), 2)}
+              100 * (end[key] / start[key] - 1), 2),
+          f'{key}_slope_per_100_rounds': round(100 * float(slope), 2)}
+
+
+def _rows_from_log(path: str, algorithms: list[str]
+                   ) -> list[tuple[list[dict], dict]]:
+  """Per algorithm, its rows in an earlier soak's log and its last line
+  (the dataset label, if the run got that far)."""
+  rows = {a: [] for a in algorithms}
+  dataset = {}
+  with open(path) as f:
+    for line in f:
+      if not line.startswith('{'):
+        continue
+      row = json.loads(line)
+      if 'dataset' in row:
+        dataset = row
+      elif row.get('algorithm') in rows:
+        rows[row['algorithm']].append(row)
+  missing = [a for a in algorithms if not rows[a]]
+  if missing:
+    raise SystemExit(f'--rows_from={path}: no rows for {", ".join(missing)}')
+  return [(rows[a], dataset) for a in algorithms]
 
 
 def main() -> int:
@@ -77,6 +108,9 @@ def main() -> int:
   parser.add_argument('--glibc_malloc', action='store_true',
                       help="glibc's default malloc settings instead of "
                       "tff_hpo.malloc_limits' (how runs were before them)")
+  parser.add_argument('--rows_from', default='',
+                      help="a log of an earlier soak's stderr: summarise its "
+                      'rows instead of training')
   child_runs.add_flags(parser)
   args = parser.parse_args()
   if args.glibc_malloc:
@@ -86,18 +120,23 @@ def main() -> int:
 
   rows, summary, dataset = [], {}, ''
   algorithms = args.algorithms.split(',')
-  # Memory, not time, is measured: the runs may share the cores.
-  with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
-    runs = list(pool.map(
-        lambda a: child_runs.collect(__file__, a, '--algorithms'),
-        algorithms))
+  if args.rows_from:
+    runs = _rows_from_log(args.rows_from, algorithms)
+  else:
+    # Memory, not time, is measured: the runs may share the cores.
+    with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
+      runs = list(pool.map(
+          lambda a: child_runs.collect(__file__, a, '--algorithms'),
+          algorithms))
   for algorithm, (run_rows, last) in zip(algorithms, runs):
     rows += run_rows
-    dataset = last['dataset']
+    dataset = last.get('dataset', dataset)
     summary[algorithm] = dict(
+        last_round=run_rows[-1]['round'],
         **_growth(run_rows, args.from_round, 'runner_rss_mb'),
         **_growth(run_rows, args.from_round, 'worker_rss_mb'))
-  outputs.write(args.out_dir, 'soak', {
+  name = 'soak_glibc_malloc' if args.glibc_malloc else 'soak'
+  outputs.write(args.out_dir, name, {
       'benchmark': f'host memory over {args.rounds} rounds, sampled every '
                    f'{args.sample_every}',
       'dataset': dataset, 'machine': outputs.machine(),
@@ -107,6 +146,7 @@ def main() -> int:
       'rounds_per_eval': args.rounds_per_eval,
       'eval_clients': args.eval_clients,
       'goal': 'growth under 5 % from round 100 to the last',
+      'rows_from': args.rows_from or 'this run',
       'algorithms': summary}, rows)
   return 0
 
