@@ -6,8 +6,10 @@ Each algorithm trains `--rounds` rounds on the offline FEMNIST subset in its
 own process, through the same loop as run_experiment.py (sampling, releases
 to CSV and TensorBoard, evaluation, checkpoints), and records the resident
 memory (VmRSS) of the runner and of its TFF worker every `--sample_every`
-rounds. Growth is reported from round `--from_round` (after tracing, caches
-and the first checkpoints have settled) to the last round, in percent.
+rounds, with the runner's glibc heap counters (bytes in use in the heap and
+in separately mapped blocks: which of them grows tells a leak from
+fragmentation). Growth is reported from round `--from_round` (after
+tracing, caches and the first checkpoints have settled) to the last round.
 Writes benchmarks/results/soak.json and soak.csv (soak_glibc_malloc.* with
 `--glibc_malloc`). A run cut short keeps its
 rows in its log (each is echoed to stderr as it comes):
@@ -43,6 +45,8 @@ def child(args) -> int:
         'algorithm': args.child, 'round': round_num,
         'runner_rss_mb': outputs.rss_bytes() / MB,
         'worker_rss_mb': child_runs.worker_rss_bytes() / MB,
+        **{f'runner_{k}_mb': v / MB
+           for k, v in outputs.glibc_heap_bytes().items()},
         'round_seconds': metrics['time/round_seconds'],
         'eval_accuracy': metrics.get('eval/accuracy', '')}), flush=True)
 

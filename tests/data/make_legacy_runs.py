@@ -5,7 +5,7 @@ model (and, for stateful clients, the clients' states, kept as JSON in
 client_states.json and written back into the runner's client_states/<round>.npz
 by `unpack_client_states` before a test loads them) plus expected.json:
 the model weights and hyperparameters the process reports from that state.
-tests/test_legacy_runs.py loads them with the current code; a change to a
+tests/test_checkpoint.py loads them with the current code; a change to a
 process's state layout must keep loading them (a migration), so that the
 runs of the Table 1 sweep resume across it. Written with the code of the
 commit that added this file; do not regenerate after a layout change.
