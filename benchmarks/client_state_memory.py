@@ -4,8 +4,9 @@
 
 SCAFFOLD (or AdaBest) on the offline FEMNIST subset with many clients per
 round, so that the number of clients holding a state climbs quickly, twice:
-with the runner's client states on disk (`client_state_files`, what runs
-use) and with every state held in memory (the runner before issue 12), each
+with the client states on disk, read and written by the worker
+(`client_state_files`, what runs use), and with every state held in memory
+and passed through the round as values (the runner before issue 12), each
 in its own process. After every round it records the clients holding state
 and the resident memory (VmRSS) of the runner and of its TFF worker. Growth
 is measured from round 2 (round 1 traces and compiles). Writes
@@ -60,9 +61,10 @@ def child(args) -> int:
         'round_seconds': metrics['time/round_seconds']}), flush=True)
 
   def prepare(exp):
-    if args.child == 'memory':
+    if args.child == 'memory':  # States as values through the round, too.
       exp.wiring.clients.store = _in_memory_store(
           exp.process.initial_client_state)
+      exp.wiring.clients.next_with_state_files = None
 
   label = child_runs.train(dict(
       algorithm=args.algorithm, total_rounds=args.rounds,

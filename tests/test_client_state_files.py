@@ -9,6 +9,7 @@ import sys
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from tff_hpo import client_state_files
 from tff_hpo import client_states
@@ -74,11 +75,11 @@ def test_restore_drops_what_a_crashed_run_wrote_after_the_checkpoint(
   snapshots = {0: {}}
   _run(store, range(1, 6), snapshots)
   # A write cut off mid-way leaves its temporary file behind.
-  (folder / 'a'.encode().hex() / '6.npz.tmp-123.npz').write_bytes(b'x')
+  (folder / 'a'.encode().hex() / '6.state.tmp-123').write_bytes(b'x')
   resumed = client_state_files.ClientStateFiles(str(folder), _initial)
   _check_restores_to(resumed, snapshots, 3)
   names = {n for _, _, files in os.walk(folder) for n in files}
-  assert names == {'1.npz', '2.npz', '3.npz'}
+  assert names == {'1.state', '2.state', '3.state'}
   _run(resumed, range(4, 7), snapshots)  # Goes on as if never cut.
   _check_restores_to(resumed, snapshots, 6)
   _check_restores_to(resumed, snapshots, 0)
@@ -111,6 +112,48 @@ def test_a_run_of_an_earlier_version_is_imported_once(tmp_path):
   got = dict(zip(['a', 'b:c'], store.gather(['a', 'b:c'])))
   assert _same(got['a'], _state(1.5, 2)) and _same(got['b:c'], _state(-2.0, 1))
   assert store.client_ids() == ['a', 'b:c']
+
+
+def test_worker_side_writes_become_versions_only_when_committed(tmp_path):
+  """The contract with a worker that does the file IO: it reads `paths`'
+  first list and writes `encode(new state)` to the second; `commit` makes
+  the writes that round's versions, and a crash before it leaves nothing a
+  restore keeps."""
+  folder = tmp_path / 's'
+  store = client_state_files.ClientStateFiles(str(folder), _initial)
+
+  def worker_round(ids, r):
+    read, write = store.paths(ids, r)
+    for src, dst in zip(read, write):
+      with open(src, 'rb') as f:
+        old = client_state_files.decode(f.read(), _initial())
+      new = {'h': (old['h'][0] + r,), 't': np.int32(r)}
+      with open(dst, 'wb') as f:
+        f.write(client_state_files.encode(new).numpy())
+
+  worker_round(['a', 'b/c'], 1)
+  assert store.client_ids() == []  # Written, not yet committed.
+  store.commit(['a', 'b/c'], 1)
+  worker_round(['a'], 2)
+  store.commit(['a'], 2)
+  assert _same(store.gather(['a'])[0], _state(3.0, 2))
+  assert _same(store.gather(['b/c'])[0], _state(1.0, 1))
+  worker_round(['b/c'], 3)  # The run dies before commit.
+  resumed = client_state_files.ClientStateFiles(str(folder), _initial)
+  resumed.restore(2)
+  assert _same(resumed.gather(['b/c'])[0], _state(1.0, 1))
+  assert not [p for p in folder.rglob('*') if '.tmp-' in p.name]
+
+
+def test_an_earlier_runners_npz_versions_are_converted(tmp_path):
+  folder = tmp_path / 's' / 'a'.encode().hex()
+  folder.mkdir(parents=True)
+  want = _state(2.5, 7)
+  np.savez(folder / '7.npz', *[np.asarray(x) for x in
+                               tf.nest.flatten(want)])
+  store = client_state_files.ClientStateFiles(str(tmp_path / 's'), _initial)
+  assert os.listdir(folder) == ['7.state']
+  assert _same(store.gather(['a'])[0], want)
 
 
 def test_an_id_too_long_for_a_file_name_is_refused(tmp_path):

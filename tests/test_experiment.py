@@ -218,7 +218,7 @@ def test_resume_after_crash_equals_uninterrupted_run(tmp_path, cache_dir,
       want = {max(r for r in rounds if r <= k) for k in (2, 4, 5)
               if min(rounds) <= k} | {max(rounds)}
       got = os.listdir(os.path.join(folder, client_id.encode().hex()))
-      assert sorted(got) == sorted(f'{r}.npz' for r in want), client_id
+      assert sorted(got) == sorted(f'{r}.state' for r in want), client_id
   strip = lambda rows: [{k: v for k, v in r.items() if not k.startswith('time/')}
                         for r in rows]
   assert strip(_rows(whole_cfg)) == strip(_rows(cut_cfg))

@@ -2,10 +2,11 @@
 and the two round runners the training loop calls without knowing which one
 it has.
 
-`StatefulClients` gathers the sampled clients' states from disk, passes them
-into the round as client-placed values and writes what the round returns,
-versioned by round, so a resumed run continues with exactly the states of
-its checkpoint. `StatelessClients` has the same methods and keeps nothing.
+`StatefulClients` keeps the states on disk, versioned by round, and has the
+worker read the sampled clients' states and write their new ones (or, for a
+worker on another host, passes them into the round as client-placed values
+and writes what the round returns), so a resumed run continues with exactly
+the states of its checkpoint. `StatelessClients` has the same methods and keeps nothing.
 `ClientStateStore` keeps states in memory, for driving a process by hand
 (tests, notebooks) and as the earlier runner's layout.
 """
@@ -13,7 +14,7 @@ its checkpoint. `StatelessClients` has the same methods and keeps nothing.
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -88,16 +89,27 @@ class StatefulClients:
   holds only the round's sampled clients, however many have taken part."""
 
   def __init__(self, next_fn: Callable[..., Any], initial: Callable[[], Any],
-               folder: str):
+               folder: str,
+               next_with_state_files: Optional[Callable[..., Any]] = None):
+    """With `next_with_state_files` (for a worker on this host's files), the
+    worker reads and writes the states; without (or set to None later), they
+    pass through `next_fn`."""
     self._next = next_fn
+    self.next_with_state_files = next_with_state_files
     self.store = client_state_files.ClientStateFiles(folder, initial)
     self._round = 0
 
   def round(self, state: Any, client_ids: list[str]) -> tuple[Any, Any]:
-    state, metrics, new_states = self._next(state, client_ids,
-                                            self.store.gather(client_ids))
-    self._round += 1
-    self.store.update(client_ids, new_states, self._round)
+    round_num = self._round + 1
+    if self.next_with_state_files is not None:
+      state, metrics, _ = self.next_with_state_files(
+          state, client_ids, *self.store.paths(client_ids, round_num))
+      self.store.commit(client_ids, round_num)
+    else:
+      state, metrics, new_states = self._next(state, client_ids,
+                                              self.store.gather(client_ids))
+      self.store.update(client_ids, new_states, round_num)
+    self._round = round_num
     return state, metrics
 
   def save(self, round_num: int) -> None:

@@ -70,11 +70,17 @@ def build(config: config_lib.ExperimentConfig) -> Wiring:
   process = spec.build(config, task.model_fn, len(train.client_ids))
   host_communication = registry.host_side_communication(spec, task.model_fn)
   if isinstance(process, composer.StatefulClientsProcess):
+    def with_data(computation):
+      return tff.simulation.compose_dataset_computation_with_computation(
+          train.dataset_computation, computation)
+
+    # A worker on another host cannot open this host's state files.
+    worker_has_our_files = not config_lib.worker_addresses(config)
     clients = client_states.StatefulClients(
-        tff.simulation.compose_dataset_computation_with_computation(
-            train.dataset_computation, process.next),
-        process.initial_client_state,
-        os.path.join(config.run_dir, run_dir.CLIENT_STATES_DIR))
+        with_data(process.next), process.initial_client_state,
+        os.path.join(config.run_dir, run_dir.CLIENT_STATES_DIR),
+        with_data(process.next_with_state_files)
+        if worker_has_our_files else None)
   else:
     clients = client_states.StatelessClients(
         tff.simulation.compose_dataset_computation_with_learning_process(

@@ -10,6 +10,7 @@ import tensorflow as tf
 
 from tests.algorithms import adabest_reference
 from tests.algorithms import linear_model
+from tests.algorithms import stateful_clients
 from tff_hpo import client_states
 from tff_hpo.algorithms import adabest
 
@@ -25,29 +26,28 @@ def _flat(structure):
   return np.concatenate([np.ravel(t) for t in tf.nest.flatten(structure)])
 
 
-def test_matches_numpy_reference():
+def test_matches_numpy_reference(tmp_path):
+  """Through the worker's own reads and writes of the state files, as in
+  runs (SCAFFOLD's test covers states passed as values too)."""
   process = adabest.build_adabest(
       linear_model.model_fn, CFG['lr'], CFG['epochs'], CFG['batch'],
       CFG['beta'], CFG['mu'], shuffle=False)
-  store = client_states.ClientStateStore(process.initial_client_state)
+  clients = stateful_clients.runner(process, DATA, str(tmp_path / 'states'),
+                                    files=True)
   state = process.initialize()
   for sampled, want in zip(SCHEDULE,
                            adabest_reference.run(DATA, SCHEDULE, **CFG)):
-    ids = [str(i) for i in sampled]
-    datasets = [tf.data.Dataset.from_tensor_slices(DATA[i]) for i in sampled]
-    state, metrics, new_states = process.next(state, datasets,
-                                              store.gather(ids))
-    store.update(ids, new_states)
+    state, metrics = clients.round(state, [str(i) for i in sampled])
     np.testing.assert_allclose(
         _flat(process.get_model_weights(state).trainable), want['theta'],
         rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(metrics['adabest']['server_estimate_norm'],
                                np.linalg.norm(want['h']), rtol=1e-5)
     for i, (h, last) in want['clients'].items():
-      got = store.gather([str(i)])[0]
+      got = clients.store.gather([str(i)])[0]
       np.testing.assert_allclose(_flat(got['estimate']), h, rtol=1e-5,
                                  atol=1e-6)
-      assert got['last_round'] == last
+      assert got['last_round'] == last and got['last_round'].dtype == np.int32
 
 
 def test_zero_beta_and_mu_is_fedavg():

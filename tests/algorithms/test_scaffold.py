@@ -11,6 +11,7 @@ import tensorflow_federated as tff
 
 from tests.algorithms import linear_model
 from tests.algorithms import scaffold_reference
+from tests.algorithms import stateful_clients
 from tff_hpo import client_states
 from tff_hpo import server_steps
 from tff_hpo.algorithms import scaffold
@@ -26,40 +27,43 @@ def _flat(structure):
   return np.concatenate([np.ravel(t) for t in tf.nest.flatten(structure)])
 
 
-@pytest.mark.parametrize('exp', [False, True])
-def test_matches_numpy_reference(exp):
+# Values through the round (a remote worker's way) for SCAFFOLD, the
+# worker's own file IO (runs' way) for SCAFFOLD-ExP: one process build each.
+@pytest.mark.parametrize('exp,files', [(False, False), (True, True)])
+def test_matches_numpy_reference(exp, files, tmp_path):
   rule = server_steps.FedExPStep(0.01) if exp else server_steps.ServerStep()
   server = tff.learning.optimizers.build_sgdm(learning_rate=1.0 if exp
                                               else 0.7)
   process = scaffold.build_scaffold(linear_model.model_fn, LR, EPOCHS, BATCH,
                                     len(DATA), server, rule, shuffle=False)
-  store = client_states.ClientStateStore(process.initial_client_state)
+  clients = stateful_clients.runner(process, DATA, str(tmp_path / 'states'),
+                                   files)
   reference = scaffold_reference.run(
       DATA, SCHEDULE, lr=LR, epochs=EPOCHS, batch=BATCH,
       server_lr=1.0 if exp else 0.7, fedexp_epsilon=0.01 if exp else None)
   state = process.initialize()
   steps = set()
   for sampled, want in zip(SCHEDULE, reference):
-    ids = [str(i) for i in sampled]
-    datasets = [tf.data.Dataset.from_tensor_slices(DATA[i]) for i in sampled]
-    state, metrics, new_states = process.next(state, datasets,
-                                              store.gather(ids))
-    store.update(ids, new_states)
+    state, metrics = clients.round(state, [str(i) for i in sampled])
     np.testing.assert_allclose(
         _flat(process.get_model_weights(state).trainable), want['x'],
         rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(_flat(state.client_work['control']), want['c'], rtol=1e-5,
-                               atol=1e-5)
+    np.testing.assert_allclose(_flat(state.client_work['control']), want['c'],
+                               rtol=1e-5, atol=1e-5)
     for i, control in want['controls'].items():
-      np.testing.assert_allclose(_flat(store.gather([str(i)])[0]), control,
-                                 rtol=1e-5, atol=1e-5)
+      np.testing.assert_allclose(_flat(clients.store.gather([str(i)])[0]),
+                                 control, rtol=1e-5, atol=1e-5)
     # The rule's scale; plain SCAFFOLD's eta_g is the server optimizer's lr.
     np.testing.assert_allclose(metrics['scaffold']['server_step'],
                                want['step'] if exp else 1.0, rtol=1e-5)
     steps.add(round(want['step'], 5))
-  assert len(store) == len(DATA)
+  assert len(clients.store) == len(DATA)
   if exp:
     assert len(steps) > 1 and min(steps) >= 1.0
+  # Every state file is a committed version (none left half-written).
+  names = {p.name for p in (tmp_path / 'states').rglob('*') if p.is_file()}
+  assert all(n.split('.')[0].isdigit() or n == 'initial.state'
+             for n in names) and not any('tmp' in n for n in names)
 
 
 def test_controls_double_the_payload():

@@ -11,7 +11,11 @@ state a `LearningAlgorithmState`), plus the two edges it lacks:
   broadcasts, and `set_hparams` writes both.
 * client states: with `initial_client_state`, `next` takes and returns each
   sampled client's state (SCAFFOLD's c_i, AdaBest's h_i and t'), as
-  client-placed values the host keeps between rounds (`tff_hpo.client_states`).
+  client-placed values the host keeps between rounds (`tff_hpo.client_states`);
+  `next_with_state_files` is the same round on file paths instead: each
+  client reads its state from one file and writes the new one to another
+  inside the worker (`client_state_files.encode`), so the model-sized states
+  never travel between the runner and the worker.
 
 Measurements keep the names run directories have always had:
 `client_work/train/...`, `cost/...`, and `<name>/...` for the rest (the
@@ -24,8 +28,11 @@ import collections
 import dataclasses
 from typing import Any, Callable, Optional
 
+import numpy as np
+import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_hpo import client_state_files
 from tff_hpo.algorithms import parts
 
 State = tff.learning.templates.LearningAlgorithmState
@@ -43,6 +50,9 @@ class StatefulClientsProcess:
   set_hparams: tff.Computation
   # A new client's state, as numpy values (host side).
   initial_client_state: Callable[[], Any]
+  # (state, client data, read paths, write paths) -> (state, metrics, bytes
+  # written per client): `next` with the worker doing the clients' file IO.
+  next_with_state_files: Optional[tff.Computation] = None
 
   @property
   def initialize(self) -> tff.Computation:
@@ -129,11 +139,23 @@ def compose(
 
   if stateful:
     client_state_type = client_work.next.type_signature.parameter[1].member[1]
+    client_data_type = tff.FederatedType(data_type.member, tff.CLIENTS)
     next_fn = tff.federated_computation(
         lambda state, data, client_states: round_fn(state, data,
                                                     client_states),
-        state_type, tff.FederatedType(data_type.member, tff.CLIENTS),
+        state_type, client_data_type,
         tff.FederatedType(client_state_type, tff.CLIENTS))
+    read_state, write_state = _state_file_io(initial_client_state(),
+                                             client_state_type)
+    paths_type = tff.FederatedType(np.str_, tff.CLIENTS)
+
+    @tff.federated_computation(state_type, client_data_type, paths_type,
+                               paths_type)
+    def next_with_state_files(state, data, read_paths, write_paths):
+      new_state, metrics, client_states = round_fn(
+          state, data, tff.federated_map(read_state, read_paths))
+      return new_state, metrics, tff.federated_map(
+          write_state, (write_paths, client_states))
   else:
     next_fn = tff.federated_computation(
         lambda state, data: round_fn(state, data, None), state_type,
@@ -143,11 +165,30 @@ def compose(
   if stateful:
     return StatefulClientsProcess(
         tff.templates.IterativeProcess(initialize_fn, next_fn), *accessors,
-        initial_client_state=initial_client_state)
+        initial_client_state=initial_client_state,
+        next_with_state_files=next_with_state_files)
   get_weights, set_weights, get_hparams, set_hparams = accessors
   return tff.learning.templates.LearningProcess(
       initialize_fn, next_fn, get_weights, set_weights,
       get_hparams_fn=get_hparams, set_hparams_fn=set_hparams)
+
+
+def _state_file_io(template: Any, client_state_type: tff.Type
+                   ) -> tuple[tff.Computation, tff.Computation]:
+  """path -> the client state in that file; (path, state) -> bytes written
+  (returned so that the write is part of the round's result)."""
+
+  @tff.tensorflow.computation(np.str_)
+  def read_state(path):
+    return client_state_files.decode(tf.io.read_file(path), template)
+
+  @tff.tensorflow.computation(np.str_, client_state_type)
+  def write_state(path, state):
+    blob = client_state_files.encode(state)
+    with tf.control_dependencies([tf.io.write_file(path, blob)]):
+      return tf.strings.length(blob)
+
+  return read_state, write_state
 
 
 def _merged(work_measurements, final_measurements, aggregated_measurements):
