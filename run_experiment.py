@@ -98,6 +98,11 @@ _WORKER_ADDRESSES = flags.DEFINE_string(
     'worker_addresses', '',
     'host:port,... of TFF workers started elsewhere (README: Several '
     'workers), used instead of local ones.')
+_CPU_KERNELS = flags.DEFINE_enum(
+    'cpu_kernels', 'onednn', ['onednn', 'eigen', 'tf_default'],
+    'CPU kernels of the local TFF workers: oneDNN\'s (faster here), Eigen\'s, '
+    'or TensorFlow\'s own choice for the CPU (runs before this flag). A run '
+    'resumes only with the kernels it began with.')
 _STOP_EVALS = flags.DEFINE_integer(
     'early_stop_evals', 3, 'Evaluations recorded after reaching '
     '--early_stop_accuracy before stopping.')
@@ -143,6 +148,7 @@ def config_from_flags() -> config_lib.ExperimentConfig:
       early_stop_evals=_STOP_EVALS.value,
       worker_binary=_WORKER.value, workers=_WORKERS.value,
       worker_addresses=_WORKER_ADDRESSES.value,
+      cpu_kernels=_CPU_KERNELS.value,
       **{name: holder.value for name, holder in _OPTION_FLAGS.items()})
 
 
@@ -171,7 +177,8 @@ def main(argv: list[str]) -> int:
     with run_lock.hold(cfg.run_dir):  # Before building: a busy dir ends here.
       runtime.install(worker_binary=cfg.worker_binary or None,
                       workers=cfg.workers,
-                      worker_addresses=config_lib.worker_addresses(cfg))
+                      worker_addresses=config_lib.worker_addresses(cfg),
+                      cpu_kernels=cfg.cpu_kernels)
       print(runtime.describe(), flush=True)
       from tff_hpo import experiment  # pylint: disable=g-import-not-at-top
       experiment.Experiment(cfg).run()

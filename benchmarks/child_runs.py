@@ -56,8 +56,11 @@ def train(settings: dict[str, Any], on_round: Callable[[int, dict], None],
   """Trains `task` with flag-named `settings` in a temporary run directory
   (`prepare(experiment)` first, if given); returns the dataset label. Owns
   the TFF runtime for the run."""
+  from tff_hpo import config as config_lib  # pylint: disable=g-import-not-at-top
   from tff_hpo import runtime  # pylint: disable=g-import-not-at-top
-  runtime.install()  # First: its malloc limits act before TF's threads.
+  # First: its malloc limits act before TF's threads.
+  runtime.install(cpu_kernels=settings.get(
+      'cpu_kernels', config_lib.ExperimentConfig.cpu_kernels))
   import tasks  # pylint: disable=g-import-not-at-top
   from tff_hpo import experiment  # pylint: disable=g-import-not-at-top
   from tff_hpo.algorithms import registry  # pylint: disable=g-import-not-at-top

@@ -1,6 +1,7 @@
 """Which worker runs, and what it can use: the stock pip worker is CPU-only;
 a CUDA-built one (TFF_HPO_GPU_WORKER) is tested where a GPU exists. Workers
-and the runner run with `malloc_limits`' allocator settings."""
+and the runner run with `malloc_limits`' allocator settings, and workers with
+the CPU kernels asked for."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import sys
 import pytest
 
 from tests.conftest import ROOT
+from tff_hpo import cpu_kernels
 from tff_hpo import malloc_limits
 from tff_hpo import runtime
 
@@ -21,6 +23,7 @@ def test_stock_worker_is_described_as_cpu_only():
   line = runtime.describe()
   assert line.startswith(f'TFF worker: {runtime.stock_worker_binary()} '
                          '(stock pip worker) | devices: CPU only')
+  assert line.endswith(', oneDNN CPU kernels')
 
 
 def test_bad_override_is_named(tmp_path):
@@ -36,12 +39,29 @@ def test_a_running_runtime_keeps_its_worker(tmp_path, tff_runtime):
     runtime.install(worker_binary=str(tmp_path / 'other_worker'))
 
 
-def test_the_worker_starts_with_the_malloc_limits(tff_runtime):
+def test_the_worker_starts_with_the_malloc_limits_and_onednn(tff_runtime):
   with open(f'/proc/{runtime.worker_pid()}/environ', 'rb') as f:
     environ = dict(v.split(b'=', 1) for v in f.read().split(b'\0') if v)
   for name, value in malloc_limits.SETTINGS.items():
     expected = os.environ.get(name, str(value))
     assert environ.get(name.encode()) == expected.encode(), name
+  assert environ.get(cpu_kernels.VARIABLE.encode()) == b'1'
+  with pytest.raises(RuntimeError, match='runs onednn CPU kernels'):
+    runtime.install(cpu_kernels='eigen')
+
+
+def test_cpu_kernel_choices_set_or_leave_the_variable():
+  user = {cpu_kernels.VARIABLE: '0', 'A': 'b'}
+  assert cpu_kernels.worker_environment('onednn', user) == {
+      cpu_kernels.VARIABLE: '1', 'A': 'b'}
+  assert cpu_kernels.worker_environment('eigen', {'A': 'b'}) == {
+      cpu_kernels.VARIABLE: '0', 'A': 'b'}
+  assert cpu_kernels.worker_environment('tf_default', user) == user
+  assert cpu_kernels.worker_environment('tf_default', {}) == {}
+  assert cpu_kernels.describe('tf_default', user) == (
+      f'CPU kernels as {cpu_kernels.VARIABLE}=0 says')
+  with pytest.raises(ValueError, match='cpu_kernels: expected one of'):
+    cpu_kernels.worker_environment('mkl', {})
 
 
 def test_malloc_limits_leave_the_users_values():

@@ -37,6 +37,7 @@ def test_task_defaults_fill_unset_fields(tmp_path):
     ('seed', -1), ('fathom_step_rounding', 'round'),
     ('early_stop_accuracy', 1.5), ('early_stop_accuracy', 0.0),
     ('early_stop_evals', -1), ('worker_binary', '/no/such/worker_binary'),
+    ('cpu_kernels', 'mkl'),
 ])
 def test_bad_value_names_its_flag(tmp_path, field, value):
   with pytest.raises(config_lib.ConfigError, match=f'^--{field}: expected'):
@@ -51,8 +52,10 @@ def test_bad_value_names_its_flag(tmp_path, field, value):
     ({'worker_binary': sys.executable, 'worker_addresses': 'a:1'},
      'worker_binary', 'unset with --worker_addresses'),
     ({'algorithm': 'scaffold', 'workers': 2}, 'workers', 'one worker with'),
-    ({'algorithm': 'adabest', 'worker_addresses': 'a:1,b:2'},
-     'worker_addresses', 'one worker with'),
+    ({'algorithm': 'adabest', 'worker_addresses': 'a:1,b:2',
+      'cpu_kernels': 'tf_default'}, 'worker_addresses', 'one worker with'),
+    ({'worker_addresses': 'a:1'}, 'cpu_kernels',
+     'tf_default with --worker_addresses'),
 ])
 def test_bad_worker_settings_name_their_flag(tmp_path, settings, flag,
                                              expected):
@@ -62,7 +65,8 @@ def test_bad_worker_settings_name_their_flag(tmp_path, settings, flag,
 
 
 def test_several_workers_for_stateless_clients(tmp_path):
-  cfg = _resolve(tmp_path, algorithm='fathom', worker_addresses='h1:5, h2:6')
+  cfg = _resolve(tmp_path, algorithm='fathom', worker_addresses='h1:5, h2:6',
+                 cpu_kernels='tf_default')
   assert config_lib.worker_addresses(cfg) == ('h1:5', 'h2:6')
   assert _resolve(tmp_path, algorithm='fedavg', workers=3).workers == 3
 

@@ -17,6 +17,7 @@ import tasks
 from tff_hpo import config as config_lib
 from tff_hpo.algorithms import registry
 from tff_hpo import experiment
+from tff_hpo import run_dir
 from tff_hpo import run_status
 from tests.conftest import SHARED_DATA
 
@@ -274,6 +275,17 @@ def test_run_from_before_a_setting_existed_still_resumes(tmp_path, cache_dir):
   with open(path) as f:
     saved = json.load(f)
   del saved['adabest_beta']  # As written by a version without AdaBest.
+  del saved['cpu_kernels']  # Those versions ran TensorFlow's own choice.
+  with open(path, 'w') as f:
+    json.dump(saved, f)
+  # This process's worker runs oneDNN's kernels, which that run did not.
+  with pytest.raises(config_lib.ConfigError,
+                     match="--cpu_kernels='tf_default' there"):
+    experiment.Experiment(dataclasses.replace(cfg, total_rounds=2),
+                          out=io.StringIO()).run()
+  assert run_dir.prepare(dataclasses.replace(cfg, cpu_kernels='tf_default'),
+                         'label', registry.default_settings()) is False
+  saved.update(cpu_kernels='onednn')
   with open(path, 'w') as f:
     json.dump(saved, f)
   log = io.StringIO()

@@ -12,6 +12,7 @@ import os
 import tempfile
 from typing import Any, Mapping, Optional
 
+from tff_hpo import cpu_kernels
 from tff_hpo import runtime  # Standard library only at import.
 
 SERVER_OPTIMIZERS = ('sgd', 'sgdm', 'adam', 'yogi', 'adagrad')
@@ -62,6 +63,9 @@ class ExperimentConfig:
   # addresses ("host:port,...") of workers started elsewhere.
   workers: int = 1
   worker_addresses: str = ''
+  # The local workers' CPU kernels (`cpu_kernels.CHOICES`): oneDNN's, Eigen's,
+  # or TensorFlow's choice for the CPU (what runs before this setting did).
+  cpu_kernels: str = 'onednn'
   # The algorithms' own settings: instances of their `spec.Options`
   # dataclasses (e.g. `fathom.FathomOptions(gamma_batch_size=0.05)`); a
   # family left out takes its defaults. Field x of family p is flag --p_x.
@@ -238,6 +242,13 @@ def _check_workers(config: ExperimentConfig, spec: Any) -> None:
   _require(not (config.worker_binary and addresses), 'worker_binary',
            'unset with --worker_addresses (those workers run their own '
            'binary)', config.worker_binary)
+  _require(config.cpu_kernels in cpu_kernels.CHOICES, 'cpu_kernels',
+           f'one of {", ".join(cpu_kernels.CHOICES)}', config.cpu_kernels)
+  _require(not addresses or config.cpu_kernels == cpu_kernels.TF_DEFAULT,
+           'cpu_kernels', f'{cpu_kernels.TF_DEFAULT} with --worker_addresses '
+           '(those workers run the kernels of their own environment: start '
+           f'them with {cpu_kernels.VARIABLE}=1 for oneDNN\'s)',
+           config.cpu_kernels)
   several = 'workers' if config.workers > 1 else 'worker_addresses'
   _require(not spec.clients_keep_state or (config.workers == 1 and
                                            len(addresses) <= 1), several,

@@ -24,6 +24,7 @@ from tff_hpo import round_metrics
 from tff_hpo import run_dir as run_dir_lib
 from tff_hpo import run_lock
 from tff_hpo import run_status
+from tff_hpo import runtime
 from tff_hpo import sync
 from tff_hpo import wiring as wiring_lib
 from tff_hpo.algorithms import registry
@@ -97,6 +98,12 @@ class Experiment:
 
   def _run(self, on_round):
     cfg, w = self.config, self.wiring
+    kernels = runtime.installed_cpu_kernels()
+    if kernels not in (None, cfg.cpu_kernels):  # The run would misrecord them.
+      raise config_lib.ConfigError(
+          f'--cpu_kernels: expected {kernels!r} in this process, whose TFF '
+          f'worker runs those; got {cfg.cpu_kernels!r}, which needs a new '
+          'process')
     checkpoints, releases, ckpt = self._open_run_dir()
     self._log(f'{cfg.task} / {cfg.algorithm} on {self.task.dataset_label}; '
               f'run dir {cfg.run_dir}; ' + (

@@ -23,6 +23,8 @@ RESUMABLE_CHANGES = frozenset({
     'total_rounds', 'rounds_per_eval', 'rounds_per_checkpoint', 'cache_dir',
     'offline_data_dir', 'output_root', 'early_stop_accuracy',
     'early_stop_evals', 'worker_binary', 'workers', 'worker_addresses'})
+# What runs from before a setting existed did, where that is not its default.
+LEGACY_VALUES = {'cpu_kernels': 'tf_default'}
 
 
 def prepare(config: config_lib.ExperimentConfig, dataset_label: str,
@@ -30,7 +32,8 @@ def prepare(config: config_lib.ExperimentConfig, dataset_label: str,
   """Creates or checks the run dir; returns True if this call created it.
 
   `defaults` (every setting's default, by flag name) stand in for settings
-  added since an existing run began, so runs of older versions resume.
+  added since an existing run began, so runs of older versions resume;
+  `LEGACY_VALUES` instead where those runs did otherwise.
   """
   run_dir = config.run_dir
   config_path = os.path.join(run_dir, CONFIG_JSON)
@@ -38,12 +41,15 @@ def prepare(config: config_lib.ExperimentConfig, dataset_label: str,
     with open(config_path) as f:
       saved = json.load(f)
     now = config.flat()
+    then = {k: saved.get(k, LEGACY_VALUES.get(k, defaults.get(k)))
+            for k in now}
     changed = sorted(k for k in now if k not in RESUMABLE_CHANGES and
-                     saved.get(k, defaults.get(k)) != now[k])
+                     then[k] != now[k])
     if changed:
       raise config_lib.ConfigError(
           f'--experiment_name: {run_dir} holds a run with different '
-          f'settings ({", ".join(changed)}); pick another name')
+          f'settings ({", ".join(f"--{k}={then[k]!r} there" for k in changed)}'
+          '); pass those to resume it, or pick another name')
     return False
   created = not os.path.exists(run_dir)
   os.makedirs(run_dir, exist_ok=True)

@@ -13,7 +13,9 @@ This module owns the workers instead (`worker_pool` starts and stops them):
   SIGTERM (Python's `KeyboardInterrupt`, and SIGTERM turned into
   `SystemExit`, so that `finally` blocks and atexit handlers run);
 * they and this process run with `malloc_limits`' allocator settings, which
-  keep a long run's resident memory from growing with rounds.
+  keep a long run's resident memory from growing with rounds;
+* local workers run the CPU kernels `install(cpu_kernels=...)` names
+  (`cpu_kernels`: oneDNN's unless said otherwise).
 
 One worker runs under TFF's synchronous context; several (started here, or
 at addresses) under TFF's mergeable-form context, which gives each worker a
@@ -34,6 +36,7 @@ import sys
 import threading
 from typing import Any, Optional, Sequence
 
+from tff_hpo import cpu_kernels as cpu_kernels_lib
 from tff_hpo import malloc_limits
 from tff_hpo import worker_pool
 
@@ -41,6 +44,7 @@ _lock = threading.RLock()
 _workers: list[worker_pool.Worker] = []
 _installed: Optional[tuple[int, tuple[str, ...]]] = None  # (workers, addresses)
 _binary: Optional[str] = None  # Set by install(worker_binary=...).
+_kernels: str = cpu_kernels_lib.ONEDNN  # Set by install(cpu_kernels=...).
 # Printed by TensorFlow builds without CUDA; the pip worker_binary holds it.
 _NO_CUDA_MARKER = b'TensorFlow was not compiled with CUDA'
 
@@ -95,6 +99,7 @@ def describe() -> str:
     devices = ('CUDA build; GPUs: ' + '; '.join(gpus) if gpus else
                'CUDA build, but nvidia-smi lists no GPU: CPU only')
   kind = 'override' if _binary else 'stock pip worker'
+  devices += ', ' + cpu_kernels_lib.describe(_kernels, os.environ)
   with _lock:
     remote = [w.address for w in _workers if w.process is None]
     count = len(_workers)
@@ -105,6 +110,17 @@ def describe() -> str:
     return (f'TFF workers: {count} local, each {path} ({kind}), a share of '
             f'every round\'s clients each | devices: {devices}')
   return f'TFF worker: {path} ({kind}) | devices: {devices}'
+
+
+def installed_cpu_kernels() -> Optional[str]:
+  """The local workers' `cpu_kernels` choice once installed, else None."""
+  with _lock:
+    return _kernels if _installed is not None else None
+
+
+def _worker_environment() -> dict[str, str]:
+  return cpu_kernels_lib.worker_environment(
+      _kernels, malloc_limits.worker_environment())
 
 
 def shutdown() -> None:
@@ -148,7 +164,8 @@ def _executor_factory(index: int, default_num_clients: int,
         if not _workers or not _workers[0].stub.is_ready:
           for dead in _workers:
             worker_pool.stop(dead)
-          _workers[:] = [worker_pool.start_local(worker_binary_path())]
+          _workers[:] = [worker_pool.start_local(
+              worker_binary_path(), env=_worker_environment())]
       elif index >= len(_workers):
         raise worker_pool.WorkerLost(
             'the TFF runtime was shut down; a several-worker run needs a new '
@@ -189,16 +206,19 @@ def _context(default_num_clients: int) -> Any:
 
 def install(default_num_clients: int = 0,
             worker_binary: Optional[str] = None, workers: int = 1,
-            worker_addresses: Sequence[str] = ()) -> None:
+            worker_addresses: Sequence[str] = (),
+            cpu_kernels: str = cpu_kernels_lib.ONEDNN) -> None:
   """Makes our worker-owning context TFF's default. Idempotent.
 
   `worker_binary` runs instead of TFF's pip worker (which is CPU-only), e.g.
   one built with CUDA (see the README). `workers` > 1 starts that many local
   workers and splits each round's clients among them; `worker_addresses`
-  (host:port, ...) uses workers started elsewhere instead. None of these can
-  change once installed.
+  (host:port, ...) uses workers started elsewhere instead, which run the
+  kernels of their own environment. `cpu_kernels` is one of
+  `cpu_kernels.CHOICES` for local workers. None of these can change once
+  installed.
   """
-  global _installed, _binary
+  global _installed, _binary, _kernels
   shape = (workers, tuple(worker_addresses))
   with _lock:
     if _installed is not None:
@@ -212,7 +232,15 @@ def install(default_num_clients: int = 0,
             f'the TFF runtime already runs {len(_workers)} worker(s); '
             f'workers={workers}, worker_addresses={list(worker_addresses)} '
             'need a new process')
+      if cpu_kernels != _kernels:
+        raise RuntimeError(
+            f'the TFF runtime already runs {_kernels} CPU kernels; '
+            f'cpu_kernels={cpu_kernels!r} needs a new process')
       return
+    if cpu_kernels not in cpu_kernels_lib.CHOICES:
+      raise ValueError(f'cpu_kernels: expected one of '
+                       f'{cpu_kernels_lib.CHOICES}, got {cpu_kernels!r}')
+    _kernels = cpu_kernels
     if worker_binary:
       problem = check_worker_binary(worker_binary)
       if problem:
@@ -234,8 +262,8 @@ def install(default_num_clients: int = 0,
                                               len(worker_addresses)))
       else:
         for i in range(workers):
-          _workers.append(worker_pool.start_local(worker_binary_path(), i,
-                                                  workers))
+          _workers.append(worker_pool.start_local(
+              worker_binary_path(), i, workers, env=_worker_environment()))
     except BaseException:
       shutdown()
       raise

@@ -17,7 +17,7 @@ import signal
 import subprocess
 import tempfile
 import time
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
 from tff_hpo import malloc_limits
 from tff_hpo import parent_death
@@ -72,8 +72,10 @@ def _stub(address: str) -> Any:
   return remote_executor_grpc_stub.RemoteExecutorGrpcStub(channel)
 
 
-def start_local(binary: str, index: int = 0, count: int = 1) -> Worker:
-  """Starts `binary` on a free loopback port; returns it once it answers."""
+def start_local(binary: str, index: int = 0, count: int = 1,
+                env: Optional[Mapping[str, str]] = None) -> Worker:
+  """Starts `binary` on a free loopback port, in `env` (default:
+  `malloc_limits`' settings over ours); returns it once it answers."""
   import portpicker  # pylint: disable=g-import-not-at-top
   port = portpicker.pick_unused_port()
   log = log_path(index)
@@ -81,7 +83,8 @@ def start_local(binary: str, index: int = 0, count: int = 1) -> Worker:
     process = subprocess.Popen(
         [binary, f'--port={port}', '--max_concurrent_computation_calls=-1'],
         stdin=subprocess.DEVNULL, stdout=out, stderr=out,
-        env=malloc_limits.worker_environment(),
+        env=dict(env) if env is not None else
+        malloc_limits.worker_environment(),
         preexec_fn=_die_with_parent, close_fds=True)
   worker = Worker(name=_name(index, count), address=f'localhost:{port}',
                   stub=_stub(f'localhost:{port}'), process=process, log=log)

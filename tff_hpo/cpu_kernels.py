@@ -1,0 +1,47 @@
+"""Which CPU kernels the TFF worker's TensorFlow runs: oneDNN's or Eigen's.
+
+TensorFlow 2.14's pip builds, and TFF 0.87's pip `worker_binary`, link both
+and pick oneDNN by default only on CPUs with AVX-512 VNNI, AVX-512 BF16 or
+AMX; elsewhere (this project's AVX2 EPYC machines among them) they run
+Eigen's kernels. On this machine the EMNIST CNN's local steps take 0.63-0.73
+of the worker's CPU time with oneDNN (README, Benchmarks:
+`benchmarks/cpu_kernels.py`). The two differ in floating-point round-off
+only, but over hundreds of rounds that makes another trajectory, so a run
+records its choice (`--cpu_kernels`) and resumes only with the same one.
+
+TensorFlow reads `TF_ENABLE_ONEDNN_OPTS` when it starts, so the choice is
+given to a worker as its environment; the runner's own TensorFlow (which
+trains no model) keeps its default.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+VARIABLE = 'TF_ENABLE_ONEDNN_OPTS'
+ONEDNN = 'onednn'
+EIGEN = 'eigen'
+# Whatever TensorFlow decides: its CPU-based default, or the caller's
+# TF_ENABLE_ONEDNN_OPTS. What every run did before `--cpu_kernels` existed.
+TF_DEFAULT = 'tf_default'
+CHOICES = (ONEDNN, EIGEN, TF_DEFAULT)
+_VALUES = {ONEDNN: '1', EIGEN: '0'}
+
+
+def worker_environment(choice: str, environ: Mapping[str, str]
+                       ) -> dict[str, str]:
+  """`environ` with the variable that makes a worker run `choice`."""
+  if choice not in CHOICES:
+    raise ValueError(f'cpu_kernels: expected one of {CHOICES}, got {choice!r}')
+  env = dict(environ)
+  if choice in _VALUES:
+    env[VARIABLE] = _VALUES[choice]
+  return env
+
+
+def describe(choice: str, environ: Mapping[str, str]) -> str:
+  if choice == TF_DEFAULT:
+    set_to = environ.get(VARIABLE)
+    return ('TensorFlow\'s default CPU kernels' if set_to is None else
+            f'CPU kernels as {VARIABLE}={set_to} says')
+  return {ONEDNN: 'oneDNN CPU kernels', EIGEN: 'Eigen CPU kernels'}[choice]
