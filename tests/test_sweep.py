@@ -10,8 +10,12 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
+import signal
 import sys
 import textwrap
+import threading
+import time
 
 import pytest
 
@@ -134,6 +138,37 @@ def test_command_passes_seed_name_budget_and_early_stop(tmp_path):
   assert cmd[2:] == ['--flagfile=f.cfg', '--seed=2', '--output_root=/out',
                      '--experiment_name=row_s2', '--early_stop_accuracy=0.8',
                      '--total_rounds=600']
+
+
+def test_a_second_interrupt_kills_runs_that_do_not_stop(tmp_path):
+  stubborn = tmp_path / 'stubborn_runner.py'
+  ready = tmp_path / 'ready'
+  stubborn.write_text(textwrap.dedent(f'''
+      import signal, time
+      signal.signal(signal.SIGINT, signal.SIG_IGN)
+      open({str(ready)!r}, 'w').close()
+      time.sleep(120)
+  '''))
+  out = io.StringIO()
+  s = sweep.Sweep(sweep.plan([_flagfile(tmp_path, 'a')], [0]),
+                  str(tmp_path / 'root'),
+                  parallel=1, runner=[sys.executable, str(stubborn)], out=out)
+
+  def interrupt_twice():
+    while not ready.exists():
+      time.sleep(0.05)
+    for _ in range(2):  # The first while running, the second while stopping.
+      time.sleep(1.0)
+      os.kill(os.getpid(), signal.SIGINT)
+
+  threading.Thread(target=interrupt_twice, daemon=True).start()
+  started = time.monotonic()
+  assert s.run() == 130
+  assert time.monotonic() - started < 60  # Not the runner's 120 s.
+  assert 'killed the runs still stopping' in out.getvalue()
+  pid = int(re.search(r'\(pid (\d+)\)', out.getvalue()).group(1))
+  with pytest.raises(ChildProcessError):
+    os.waitpid(pid, os.WNOHANG)  # Reaped: no child left behind.
 
 
 def test_main_refuses_bad_input_with_one_line(tmp_path, capsys):

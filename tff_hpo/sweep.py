@@ -176,16 +176,30 @@ class Sweep:
             del running[pid]
             self._finish(run, proc.returncode)
     except KeyboardInterrupt:
-      for run, proc in running.values():
-        proc.send_signal(signal.SIGINT)
-      for run, proc in running.values():
-        proc.wait()
+      self._stop([proc for _, proc in running.values()])
       self._say('interrupted; run the same command again to resume')
       return 130
     failed = [n for n, r in self.results.items() if r.startswith('failed')]
     self._say(f'done: {len(self.results) - len(failed)} of {len(self.runs)} '
               f'runs ended or busy, {len(failed)} failed')
     return 1 if failed else 0
+
+
+  def _stop(self, procs: list[subprocess.Popen]) -> None:
+    """Asks the runs to stop (SIGINT) and waits; an interrupt while waiting
+    (a second Ctrl-C or SIGTERM) kills them instead. Either way each run
+    resumes from its last checkpoint, and a killed run's lock is stale."""
+    for proc in procs:
+      proc.send_signal(signal.SIGINT)
+    try:
+      for proc in procs:
+        proc.wait()
+    except KeyboardInterrupt:
+      for proc in procs:
+        proc.kill()
+      for proc in procs:
+        proc.wait()
+      self._say('interrupted again: killed the runs still stopping')
 
 
 def _interrupt(signum, frame):  # pylint: disable=unused-argument
