@@ -24,6 +24,7 @@ from absl import logging
 
 import tasks
 from tff_hpo import config as config_lib
+from tff_hpo import cpu_kernels
 from tff_hpo.algorithms import registry
 
 _TASK = flags.DEFINE_string('task', 'emnist_cr', f'One of {sorted(tasks.TASKS)}.')
@@ -99,7 +100,8 @@ _WORKER_ADDRESSES = flags.DEFINE_string(
     'host:port,... of TFF workers started elsewhere (README: Several '
     'workers), used instead of local ones.')
 _CPU_KERNELS = flags.DEFINE_enum(
-    'cpu_kernels', 'onednn', ['onednn', 'eigen', 'tf_default'],
+    'cpu_kernels', config_lib.ExperimentConfig.cpu_kernels,
+    list(cpu_kernels.CHOICES),
     'CPU kernels of the local TFF workers: oneDNN\'s (faster here), Eigen\'s, '
     'or TensorFlow\'s own choice for the CPU (runs before this flag). A run '
     'resumes only with the kernels it began with.')

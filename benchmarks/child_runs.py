@@ -12,7 +12,7 @@ import os
 import subprocess
 import sys
 import tempfile
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -48,6 +48,30 @@ def collect(script: str, name: str, drop_flag: str) -> tuple[list[dict], dict]:
   if child.wait():
     raise subprocess.CalledProcessError(child.returncode, child.args)
   return [r for r in lines if 'round' in r], lines[-1]
+
+
+def rounds_exceed_warmup(args: argparse.Namespace) -> bool:
+  """False (after a one-line error) unless --rounds leaves timed rounds."""
+  if args.rounds > args.warmup:
+    return True
+  print(f'error: --rounds: expected more than --warmup ({args.warmup}), '
+        f'got {args.rounds}', file=sys.stderr)
+  return False
+
+
+def alternate(script: str, groups: Sequence[str], modes: Sequence[str],
+              pairs: int, warmup: int, rows: list[dict]
+              ) -> Iterator[tuple[str, int, str, list[dict], dict]]:
+  """Runs `script --child=<group>:<mode>`, the modes of each pair back to
+  back; adds every round row (with its pair) to `rows` and yields, per run,
+  (group, pair, mode, the rows after `warmup`, its last line)."""
+  for group in groups:
+    for pair in range(pairs):
+      for mode in modes:
+        run_rows, last = collect(script, f'{group}:{mode}', '--child')
+        rows += [dict(r, pair=pair) for r in run_rows]
+        yield (group, pair, mode,
+               [r for r in run_rows if r['round'] > warmup], last)
 
 
 def train(settings: dict[str, Any], on_round: Callable[[int, dict], None],

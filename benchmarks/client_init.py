@@ -66,30 +66,25 @@ def main() -> int:
   args = parser.parse_args()
   if args.child:
     return child(args)
-  if args.rounds <= args.warmup:
-    print(f'error: --rounds: expected more than --warmup ({args.warmup}), '
-          f'got {args.rounds}', file=sys.stderr)
+  if not child_runs.rounds_exceed_warmup(args):
     return 2
 
   rows, runs = [], []
-  for task in filter(None, args.tasks.split(',')):
-    for algorithm in filter(None, args.algorithms.split(',')):
-      for pair in range(args.pairs):
-        for mode in MODES:
-          run_rows, last = child_runs.collect(
-              __file__, f'{task}:{algorithm}:{mode}', '--child')
-          rows += [dict(r, pair=pair) for r in run_rows]
-          timed = [r for r in run_rows if r['round'] > args.warmup]
-          runs.append({
-              'task': task, 'algorithm': algorithm, 'mode': mode,
-              'pair': pair, 'dataset': last['dataset'],
-              'round_seconds_median': round(statistics.median(
-                  r['round_seconds'] for r in timed), 3),
-              'seconds_per_step_median': round(statistics.median(
-                  r['round_seconds'] / max(r['local_steps'], 1)
-                  for r in timed), 4),
-              'local_steps': sum(r['local_steps'] for r in timed)})
-          print(runs[-1], flush=True)
+  groups = [f'{t}:{a}' for t in filter(None, args.tasks.split(','))
+            for a in filter(None, args.algorithms.split(','))]
+  for group, pair, mode, timed, last in child_runs.alternate(
+      __file__, groups, MODES, args.pairs, args.warmup, rows):
+    task, algorithm = group.split(':')
+    runs.append({
+        'task': task, 'algorithm': algorithm, 'mode': mode,
+        'pair': pair, 'dataset': last['dataset'],
+        'round_seconds_median': round(statistics.median(
+            r['round_seconds'] for r in timed), 3),
+        'seconds_per_step_median': round(statistics.median(
+            r['round_seconds'] / max(r['local_steps'], 1)
+            for r in timed), 4),
+        'local_steps': sum(r['local_steps'] for r in timed)})
+    print(runs[-1], flush=True)
   pairs = [(a, b) for a, b in zip(runs[::2], runs[1::2])]
   ratios = [{'task': a['task'], 'algorithm': a['algorithm'],
              'pair': a['pair'],

@@ -76,29 +76,23 @@ def main() -> int:
   args = parser.parse_args()
   if args.child:
     return child(args)
-  if args.rounds <= args.warmup:
-    print(f'error: --rounds: expected more than --warmup ({args.warmup}), '
-          f'got {args.rounds}', file=sys.stderr)
+  if not child_runs.rounds_exceed_warmup(args):
     return 2
 
   rows, runs = [], []
-  for algorithm in filter(None, args.algorithms.split(',')):
-    for pair in range(args.pairs):
-      for kernels in KERNELS:
-        run_rows, last = child_runs.collect(
-            __file__, f'{algorithm}:{kernels}', '--child')
-        rows += [dict(r, pair=pair) for r in run_rows]
-        # The worker's CPU is read after each round's metrics: a round's
-        # reading spans the evaluation-free round and its bookkeeping.
-        timed = [r for r in run_rows if r['round'] > args.warmup]
-        runs.append({
-            'algorithm': algorithm, 'cpu_kernels': kernels, 'pair': pair,
-            'dataset': last['dataset'],
-            'local_steps': sum(r['local_steps'] for r in timed),
-            'wall_ms_per_step': round(_per_step(timed, 'round_seconds'), 2),
-            'worker_cpu_ms_per_step': round(
-                _per_step(timed, 'worker_cpu_seconds'), 2)})
-        print(runs[-1], flush=True)
+  # The worker's CPU is read after each round's metrics: a round's reading
+  # spans the evaluation-free round and its bookkeeping.
+  for algorithm, pair, kernels, timed, last in child_runs.alternate(
+      __file__, list(filter(None, args.algorithms.split(','))), KERNELS,
+      args.pairs, args.warmup, rows):
+    runs.append({
+        'algorithm': algorithm, 'cpu_kernels': kernels, 'pair': pair,
+        'dataset': last['dataset'],
+        'local_steps': sum(r['local_steps'] for r in timed),
+        'wall_ms_per_step': round(_per_step(timed, 'round_seconds'), 2),
+        'worker_cpu_ms_per_step': round(
+            _per_step(timed, 'worker_cpu_seconds'), 2)})
+    print(runs[-1], flush=True)
   ratios = [{'algorithm': a['algorithm'], 'pair': a['pair'],
              'same_local_steps': a['local_steps'] == b['local_steps'],
              **{f'{key}_onednn_over_eigen': round(b[key] / a[key], 3)

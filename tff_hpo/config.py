@@ -65,7 +65,7 @@ class ExperimentConfig:
   worker_addresses: str = ''
   # The local workers' CPU kernels (`cpu_kernels.CHOICES`): oneDNN's, Eigen's,
   # or TensorFlow's choice for the CPU (what runs before this setting did).
-  cpu_kernels: str = 'onednn'
+  cpu_kernels: str = cpu_kernels.ONEDNN
   # The algorithms' own settings: instances of their `spec.Options`
   # dataclasses (e.g. `fathom.FathomOptions(gamma_batch_size=0.05)`); a
   # family left out takes its defaults. Field x of family p is flag --p_x.

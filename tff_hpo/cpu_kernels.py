@@ -28,11 +28,15 @@ CHOICES = (ONEDNN, EIGEN, TF_DEFAULT)
 _VALUES = {ONEDNN: '1', EIGEN: '0'}
 
 
+def check(choice: str) -> None:
+  if choice not in CHOICES:
+    raise ValueError(f'cpu_kernels: expected one of {CHOICES}, got {choice!r}')
+
+
 def worker_environment(choice: str, environ: Mapping[str, str]
                        ) -> dict[str, str]:
   """`environ` with the variable that makes a worker run `choice`."""
-  if choice not in CHOICES:
-    raise ValueError(f'cpu_kernels: expected one of {CHOICES}, got {choice!r}')
+  check(choice)
   env = dict(environ)
   if choice in _VALUES:
     env[VARIABLE] = _VALUES[choice]

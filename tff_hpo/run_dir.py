@@ -14,6 +14,7 @@ import os
 from typing import Any, Mapping
 
 from tff_hpo import config as config_lib
+from tff_hpo import cpu_kernels
 
 METRICS_CSV = 'metrics.csv'
 CONFIG_JSON = 'config.json'
@@ -24,7 +25,7 @@ RESUMABLE_CHANGES = frozenset({
     'offline_data_dir', 'output_root', 'early_stop_accuracy',
     'early_stop_evals', 'worker_binary', 'workers', 'worker_addresses'})
 # What runs from before a setting existed did, where that is not its default.
-LEGACY_VALUES = {'cpu_kernels': 'tf_default'}
+LEGACY_VALUES = {'cpu_kernels': cpu_kernels.TF_DEFAULT}
 
 
 def prepare(config: config_lib.ExperimentConfig, dataset_label: str,

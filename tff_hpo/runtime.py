@@ -164,8 +164,8 @@ def _executor_factory(index: int, default_num_clients: int,
         if not _workers or not _workers[0].stub.is_ready:
           for dead in _workers:
             worker_pool.stop(dead)
-          _workers[:] = [worker_pool.start_local(
-              worker_binary_path(), env=_worker_environment())]
+          _workers[:] = [worker_pool.start_local(worker_binary_path(),
+                                                 _worker_environment())]
       elif index >= len(_workers):
         raise worker_pool.WorkerLost(
             'the TFF runtime was shut down; a several-worker run needs a new '
@@ -237,9 +237,7 @@ def install(default_num_clients: int = 0,
             f'the TFF runtime already runs {_kernels} CPU kernels; '
             f'cpu_kernels={cpu_kernels!r} needs a new process')
       return
-    if cpu_kernels not in cpu_kernels_lib.CHOICES:
-      raise ValueError(f'cpu_kernels: expected one of '
-                       f'{cpu_kernels_lib.CHOICES}, got {cpu_kernels!r}')
+    cpu_kernels_lib.check(cpu_kernels)
     _kernels = cpu_kernels
     if worker_binary:
       problem = check_worker_binary(worker_binary)
@@ -263,7 +261,7 @@ def install(default_num_clients: int = 0,
       else:
         for i in range(workers):
           _workers.append(worker_pool.start_local(
-              worker_binary_path(), i, workers, env=_worker_environment()))
+              worker_binary_path(), _worker_environment(), i, workers))
     except BaseException:
       shutdown()
       raise

@@ -19,7 +19,6 @@ import tempfile
 import time
 from typing import Any, Mapping, Optional
 
-from tff_hpo import malloc_limits
 from tff_hpo import parent_death
 
 READY_TIMEOUT_S = 60.0
@@ -72,10 +71,10 @@ def _stub(address: str) -> Any:
   return remote_executor_grpc_stub.RemoteExecutorGrpcStub(channel)
 
 
-def start_local(binary: str, index: int = 0, count: int = 1,
-                env: Optional[Mapping[str, str]] = None) -> Worker:
-  """Starts `binary` on a free loopback port, in `env` (default:
-  `malloc_limits`' settings over ours); returns it once it answers."""
+def start_local(binary: str, env: Mapping[str, str], index: int = 0,
+                count: int = 1) -> Worker:
+  """Starts `binary` on a free loopback port in environment `env`; returns
+  it once it answers."""
   import portpicker  # pylint: disable=g-import-not-at-top
   port = portpicker.pick_unused_port()
   log = log_path(index)
@@ -83,8 +82,7 @@ def start_local(binary: str, index: int = 0, count: int = 1,
     process = subprocess.Popen(
         [binary, f'--port={port}', '--max_concurrent_computation_calls=-1'],
         stdin=subprocess.DEVNULL, stdout=out, stderr=out,
-        env=dict(env) if env is not None else
-        malloc_limits.worker_environment(),
+        env=dict(env),
         preexec_fn=_die_with_parent, close_fds=True)
   worker = Worker(name=_name(index, count), address=f'localhost:{port}',
                   stub=_stub(f'localhost:{port}'), process=process, log=log)
