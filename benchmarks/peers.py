@@ -5,7 +5,7 @@
 
 Each pair runs this project's FedAvg on EMNIST CR (offline FEMNIST subset,
 `cnn_dropout`, 10 clients per round, B = 20, E = 1, client SGD lr 0.1,
-server SGD lr 1.0, no evaluation) for `--rounds` rounds, then the same rounds
+server SGD lr 1.0, no evaluation; `--cpu_kernels`, oneDNN's by default) for `--rounds` rounds, then the same rounds
 in `pfl` (`benchmarks/peers/pfl_fedavg.py`, run by the peers environment's
 Python) on the clients the project sampled, each in a process of its own.
 The project's round time is the training loop's (client datasets built from
@@ -29,6 +29,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from benchmarks import child_runs  # pylint: disable=g-import-not-at-top
 from benchmarks import outputs  # pylint: disable=g-import-not-at-top
+from tff_hpo import cpu_kernels  # pylint: disable=g-import-not-at-top
 from tff_hpo import parent_death  # pylint: disable=g-import-not-at-top
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
@@ -57,7 +58,8 @@ def child(args) -> int:
 
   label = child_runs.train(dict(
       SETTINGS, total_rounds=args.rounds, rounds_per_eval=args.rounds + 1,
-      rounds_per_checkpoint=args.rounds + 1), record, args.cache_dir,
+      rounds_per_checkpoint=args.rounds + 1, cpu_kernels=args.cpu_kernels),
+      record, args.cache_dir,
       prepare=clients)
   print(json.dumps({'dataset': label, 'clients': sampled}), flush=True)
   return 0
@@ -100,6 +102,9 @@ def main() -> int:
   parser.add_argument('--warmup', type=int, default=5)
   parser.add_argument('--threads', type=int, default=2,
                       help="torch's threads in pfl")
+  parser.add_argument('--cpu_kernels', default=cpu_kernels.ONEDNN,
+                      choices=cpu_kernels.CHOICES,
+                      help="this project's worker kernels (--cpu_kernels)")
   parser.add_argument('--peers_python',
                       default=os.path.join(ROOT, '.venv-peers', 'bin',
                                            'python'))
@@ -130,6 +135,7 @@ def main() -> int:
                    '(PyTorch backend, CPU), alternating runs',
       'dataset': dataset, 'machine': outputs.machine(),
       'settings': SETTINGS, 'rounds': args.rounds, 'warmup': args.warmup,
+      'tff_hpo_cpu_kernels': args.cpu_kernels,
       'pfl_torch_threads': args.threads, 'pairs': pairs},
       [{k: r[k] for k in ('pair', 'framework', 'round', 'seconds',
                           'local_steps', 'examples')} for r in rows])
