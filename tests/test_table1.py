@@ -111,7 +111,20 @@ def test_unreached_runs_count_once_ended_and_rows_pair_algorithms(tmp_path):
   assert table1.summarize(fathom, 0.95)['rounds'].text() == 'NA (0/2)'
   table = table1.table_markdown(runs, table1.row_targets(runs))
   line = next(l for l in table.splitlines() if '| 0.86 |' in l)
-  assert '| 2 (1/2) | 4 (1/1) | 0.50 |' in line
+  # FATHOM s1 spent 2 rounds without reaching 0.86: its mean is > 2.
+  assert '| 2 (1/2) | 4 (1/1) | > 0.50 |' in line
+
+
+@pytest.mark.parametrize('fathom, fedavg, want', [
+    (table1.Stat([200.0, 300.0], 2), table1.Stat([500.0], 1), '0.50'),
+    # FedAvg ended at 600 and 400 without reaching: it needs > 500 on average.
+    (table1.Stat([250.0], 1), table1.Stat([], 2, [600.0, 400.0]), '< 0.50'),
+    (table1.Stat([100.0], 1, [600.0]), table1.Stat([500.0], 1), '> 0.70'),
+    (table1.Stat([], 1, [600.0]), table1.Stat([], 1, [600.0]), 'NA'),
+    (table1.Stat([100.0], 1), table1.Stat([], 0), 'NA'),  # FedAvg pending.
+])
+def test_ratio_is_a_bound_where_a_seed_fell_short(fathom, fedavg, want):
+  assert table1.ratio(fathom, fedavg) == want
 
 
 def test_stack_overflow_target_is_a_fraction_of_fedavg_best(tmp_path):

@@ -94,9 +94,19 @@ def cost_to_target(frame: pd.DataFrame, target: float) -> Optional[dict]:
 
 @dataclasses.dataclass
 class Stat:
-  """mean ± std over the runs that reached; n of how many counted."""
+  """mean ± std over the runs that reached; n of how many counted. `spent`:
+  what each ended run that never reached it used (its last round's costs),
+  less than it would have needed."""
   values: list
   counted: int
+  spent: list = dataclasses.field(default_factory=list)
+
+  @property
+  def bound(self) -> Optional[float]:
+    """The mean with each never-reaching run at what it spent: a lower
+    bound of the mean cost to target (the mean itself when all reached)."""
+    both = self.values + self.spent
+    return float(np.mean(both)) if both else None
 
   @property
   def mean(self) -> Optional[float]:
@@ -125,10 +135,13 @@ def summarize(runs: Sequence[RunInfo], target: float) -> dict[str, Stat]:
     cost = cost_to_target(run.frame, target)
     if cost is None and not run.ended:
       continue
-    for name, _ in COSTS:
+    last = run.frame.iloc[-1]
+    for name, column in COSTS:
       stats[name].counted += 1
       if cost is not None:
         stats[name].values.append(cost[name])
+      else:
+        stats[name].spent.append(float(last[column]))
   return stats
 
 
@@ -141,10 +154,20 @@ def so_target(runs: Sequence[RunInfo]) -> Optional[float]:
   return SO_TARGET_FRACTION * float(np.mean(best)) if best else None
 
 
-def _ratio(a: Stat, b: Stat) -> str:
-  if a.mean is None or b.mean is None:
+def ratio(a: Stat, b: Stat) -> str:
+  """a's mean over b's; where one side has runs that ended without reaching
+  the target, a bound: those runs would have needed more than they spent,
+  so FATHOM's mean is > its `bound` and FedAvg's likewise ('< 0.40' when
+  FedAvg fell short, '> 1.20' when FATHOM did). NA while a side has no
+  counted run, or both fell short (no bound either way)."""
+  if not (a.counted and b.counted) or (a.spent and b.spent):
     return 'NA'
-  return f'{a.mean / b.mean:.2f}'
+  value = a.bound / b.bound
+  if b.spent:
+    return f'< {value:.2f}'
+  if a.spent:
+    return f'> {value:.2f}'
+  return f'{value:.2f}'
 
 
 def table_markdown(runs: Sequence[RunInfo], targets: dict[str, list[float]]
@@ -165,9 +188,9 @@ def table_markdown(runs: Sequence[RunInfo], targets: dict[str, list[float]]
       a, b = summarize(fathom, target), summarize(fedavg, target)
       lines.append(
           f'| {row} | {target:.3g} | {a["rounds"].text()} | '
-          f'{b["rounds"].text()} | {_ratio(a["rounds"], b["rounds"])} | '
+          f'{b["rounds"].text()} | {ratio(a["rounds"], b["rounds"])} | '
           f'{a["examples"].text(1e3, "K")} | {b["examples"].text(1e3, "K")} | '
-          f'{_ratio(a["examples"], b["examples"])} | '
+          f'{ratio(a["examples"], b["examples"])} | '
           f'{a["local_steps"].text()} | {b["local_steps"].text()} | '
           f'{a["seconds"].text()} | {b["seconds"].text()} | {budget} |')
   return '\n'.join(lines)
@@ -254,6 +277,12 @@ def status_markdown(runs: Sequence[RunInfo]) -> str:
   return '\n'.join(lines)
 
 
+RATIO_NOTE = (
+    'ratio: FATHOM\'s mean over FedAvg\'s. A seed that ended its budget '
+    'without reaching the target counts in it with what it spent, which is '
+    'less than it would have needed: "< r" where FedAvg fell short (FATHOM '
+    'needs less than r of FedAvg), "> r" where FATHOM did; NA where both '
+    'did.')
 NOTES_MD = 'NOTES.md'  # Hand-written: commands, budgets, status; goes first.
 
 
@@ -273,7 +302,8 @@ def write(root: str) -> str:
       preamble.strip(),
       '## Data\n\n' + '\n'.join(datasets),
       '## Table 1 (mean ± std over seeds that reached the target; '
-      '(k/n): k reached of n counted)\n\n' + table_markdown(runs, targets),
+      '(k/n): k reached of n counted)\n\n' + RATIO_NOTE + '\n\n' +
+      table_markdown(runs, targets),
       '## Runs\n\n' + status_markdown(runs),
       '## Figures\n\n' + '\n'.join(
           f'![{os.path.basename(p)}](figures/{os.path.basename(p)})'
