@@ -5,9 +5,10 @@
 
 Each pair runs this project's FedAvg on EMNIST CR (offline FEMNIST subset,
 `cnn_dropout`, 10 clients per round, B = 20, E = 1, client SGD lr 0.1,
-server SGD lr 1.0, no evaluation; `--cpu_kernels`, oneDNN's by default) for `--rounds` rounds, then the same rounds
-in `pfl` (`benchmarks/peers/pfl_fedavg.py`, run by the peers environment's
-Python) on the clients the project sampled, each in a process of its own.
+server SGD lr 1.0, no evaluation; `--cpu_kernels`, oneDNN's by default) for
+`--rounds` rounds, then the same rounds in `pfl`
+(`benchmarks/peers/pfl_fedavg.py`, run by the peers environment's Python) on
+the clients the project sampled, each in a process of its own.
 The project's round time is the training loop's (client datasets built from
 ids, `process.next`); pfl's is from one round's end to the next. Rounds
 after `--warmup` are timed; per run, ms per local step = their seconds over

@@ -29,6 +29,7 @@ _VALUES = {ONEDNN: '1', EIGEN: '0'}
 
 
 def check(choice: str) -> None:
+  """Raises ValueError naming `cpu_kernels` unless `choice` is in CHOICES."""
   if choice not in CHOICES:
     raise ValueError(f'cpu_kernels: expected one of {CHOICES}, got {choice!r}')
 

@@ -155,11 +155,8 @@ def so_target(runs: Sequence[RunInfo]) -> Optional[float]:
 
 
 def ratio(a: Stat, b: Stat) -> str:
-  """a's mean over b's; where one side has runs that ended without reaching
-  the target, a bound: those runs would have needed more than they spent,
-  so FATHOM's mean is > its `bound` and FedAvg's likewise ('< 0.40' when
-  FedAvg fell short, '> 1.20' when FATHOM did). NA while a side has no
-  counted run, or both fell short (no bound either way)."""
+  """a's mean over b's, or the bound it is where a side fell short (read as
+  `RATIO_NOTE` says); NA while a side has no counted run."""
   if not (a.counted and b.counted) or (a.spent and b.spent):
     return 'NA'
   value = a.bound / b.bound
