@@ -46,7 +46,8 @@ _CLIP = flags.DEFINE_float(
     'clip); unset: no clipping.')
 _MAX_EXAMPLES = flags.DEFINE_integer(
     'max_examples_per_client', None,
-    'Cap on examples per client per round (default: the task\'s).')
+    'Each client trains on its first N examples, in each epoch (default: '
+    'the task\'s).')
 _SERVER_OPT = flags.DEFINE_string(
     'server_optimizer', None, f'One of {config_lib.SERVER_OPTIMIZERS} '
     '(default: the one --algorithm names, else sgd).')

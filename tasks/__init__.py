@@ -2,7 +2,8 @@
 
 Each task module defines NAME, OFFLINE_DATASET (the converter under
 `tasks/offline` that feeds it), ACCURACY_METRIC, DEFAULTS (Reddi et al.'s
-tuned FedAvg values) and `create(train_spec, eval_spec, cache_dir, seed)`.
+tuned FedAvg values), TFF_SEEDS_SHUFFLE (whether TFF's train preprocessing
+takes the seed) and `create(train_spec, eval_spec, cache_dir, seed)`.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Callable, Optional
 from tasks import emnist
 from tasks import shakespeare
 from tasks import stackoverflow
+from tasks import train_examples
 
 TASKS: dict[str, ModuleType] = {
     m.NAME: m for m in (emnist, stackoverflow, shakespeare)}
@@ -93,6 +95,8 @@ def load(name: str, *, batch_size: int, epochs: int,
   With `per_example`, TFF's train preprocessing runs with batches of one and
   no shuffling or repetition (the algorithm's clients batch, shuffle and
   repeat with hyperparameters they receive each round); the caller unbatches.
+  Either way a client trains on its first `max_examples` examples (in each
+  epoch), in an order `seed` fixes (`tasks/train_examples.py`).
   `invert_pixels` (EMNIST only) feeds 1 - pixels, as the FATHOM authors'
   FedJAX pipeline does.
   """
@@ -106,19 +110,25 @@ def load(name: str, *, batch_size: int, epochs: int,
     files = prepare.prepare(offline_data_dir, cache_dir,
                             [module.OFFLINE_DATASET])
     label = sqlite_cache.read_description(files[0])
+  # No `max_elements`: TFF takes them after shuffling and repeating, so
+  # the FedAvg family got a random N for all its epochs; the cap is
+  # `first_examples_then`'s, below.
   if per_example:
     train_spec = tff.simulation.baselines.ClientSpec(
-        num_epochs=1, batch_size=1, max_elements=max_examples,
-        shuffle_buffer_size=1)
+        num_epochs=1, batch_size=1, shuffle_buffer_size=1)
   else:
     train_spec = tff.simulation.baselines.ClientSpec(
-        num_epochs=epochs, batch_size=batch_size, max_elements=max_examples)
+        num_epochs=epochs, batch_size=batch_size)
   eval_spec = tff.simulation.baselines.ClientSpec(
       num_epochs=1, batch_size=EVAL_BATCH_SIZE)
   extra = {'invert': True} if invert_pixels else {}
   baseline = module.create(train_spec, eval_spec,
                            os.path.abspath(cache_dir) if cache_dir else None,
                            seed, **extra)
+  baseline = train_examples.with_train_preprocess(
+      baseline, train_examples.first_examples_then(
+          baseline.datasets.train_preprocess_fn, max_examples,
+          None if module.TFF_SEEDS_SHUFFLE else seed))
   if invert_pixels:
     label += '; pixels inverted (1 - x, background 0) as in FedJAX'
   return LoadedTask(baseline, module.ACCURACY_METRIC, label,

@@ -14,6 +14,7 @@ from tasks.defaults import Tuned
 NAME = 'emnist_cr'
 OFFLINE_DATASET = 'emnist'
 ACCURACY_METRIC = 'sparse_categorical_accuracy'
+TFF_SEEDS_SHUFFLE = True  # debug_seed
 # Reddi et al.: client lr 10^-1, server SGD lr 10^0, batch 20, 10 clients;
 # the FedOpt rows use client lr 10^-1.5.
 DEFAULTS = TaskDefaults(

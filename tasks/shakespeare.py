@@ -11,6 +11,7 @@ from tasks.defaults import TaskDefaults
 NAME = 'shakespeare'
 OFFLINE_DATASET = 'shakespeare'
 ACCURACY_METRIC = 'accuracy'
+TFF_SEEDS_SHUFFLE = False
 # Reddi et al.: FedAvg client lr 10^0, server lr 10^0, batch 4, 10 clients.
 DEFAULTS = TaskDefaults(client_learning_rate=1.0, server_learning_rate=1.0,
                         client_batch_size=4, clients_per_round=10,

@@ -26,6 +26,7 @@ from tasks.defaults import Tuned
 NAME = 'stackoverflow_nwp'
 OFFLINE_DATASET = 'stackoverflow'
 ACCURACY_METRIC = 'accuracy_without_out_of_vocab_or_end_of_sentence'
+TFF_SEEDS_SHUFFLE = False
 WORD_COUNT_FILENAME = 'stackoverflow.word_count'
 VOCAB_SIZE = 10_000
 SEQUENCE_LENGTH = 20

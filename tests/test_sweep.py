@@ -161,9 +161,15 @@ def test_a_second_interrupt_kills_runs_that_do_not_stop(tmp_path):
       time.sleep(1.0)
       os.kill(os.getpid(), signal.SIGINT)
 
+  # A shell's background job starts with SIGINT ignored, and Python then
+  # installs no KeyboardInterrupt handler: the test sets it.
+  previous = signal.signal(signal.SIGINT, signal.default_int_handler)
   threading.Thread(target=interrupt_twice, daemon=True).start()
   started = time.monotonic()
-  assert s.run() == 130
+  try:
+    assert s.run() == 130
+  finally:
+    signal.signal(signal.SIGINT, previous)
   assert time.monotonic() - started < 60  # Not the runner's 120 s.
   assert 'killed the runs still stopping' in out.getvalue()
   pid = int(re.search(r'\(pid (\d+)\)', out.getvalue()).group(1))

@@ -5,6 +5,11 @@ that the CNN never does, so an algorithm that works on EMNIST can still break
 on them. Cheap by design: 2 clients of at most 8 examples, one test client,
 each task's data loaded once for the module.
 
+The last test checks that both kinds of client (TFF's FedAvg family, on
+TFF's batches, and the hand-built ones, on per-example data) train on the
+same examples of a large Stack Overflow client, in an order the seed fixes,
+on the loads the two-round tests left in the cache.
+
 EMNIST is not repeated here: every algorithm already trains there for 10 or
 more rounds through the same loop in tests/test_experiment.py (the learning
 tests), and test_learning_tests_cover_every_algorithm keeps it that way.
@@ -14,8 +19,11 @@ from __future__ import annotations
 
 import io
 import math
+import os
+import sqlite3
 import sys
 
+import numpy as np
 import pytest
 
 import tasks
@@ -83,6 +91,42 @@ def test_two_rounds(tmp_path, cache_dir, cached_loads, monkeypatch, task,
     bad = {k: v for k, v in m.items() if not math.isfinite(v)}
     assert not bad, f'non-finite metrics: {bad}'
   assert 0.0 <= rows[-1]['eval/accuracy'] <= 1.0
+
+
+def _client_inputs(task, client: str, per_example: bool) -> np.ndarray:
+  """A client's train inputs as a round gets them: from the dataset
+  computation TFF traces (anew for every call here) and runs in the worker."""
+  from tff_hpo import wiring  # pylint: disable=g-import-not-at-top
+  batches = wiring.train_data(task, per_example).dataset_computation(client)
+  length = tasks.stackoverflow.SEQUENCE_LENGTH
+  return np.concatenate([np.reshape(x, (-1, length)) for x, _ in batches])
+
+
+def test_stackoverflow_clients_give_their_first_examples_in_a_seeded_order(
+    cache_dir, cached_loads):
+  # TFF's Stack Overflow preprocessing shuffles with no seed, then takes:
+  # the FedAvg family saw another sample and order of a large client in
+  # every process and round, the hand-built clients its first examples.
+  cfg = tasks.resolve_config(config_lib.ExperimentConfig(
+      task='stackoverflow_nwp', max_examples_per_client=8))
+  kwargs = dict(batch_size=cfg.client_batch_size, epochs=cfg.client_epochs,
+                max_examples=8, cache_dir=cache_dir,
+                offline_data_dir=SHARED_DATA, seed=cfg.seed,
+                invert_pixels=False)
+  fedavg = cached_loads('stackoverflow_nwp', per_example=False, **kwargs)
+  hand_built = cached_loads('stackoverflow_nwp', per_example=True, **kwargs)
+  with sqlite3.connect(os.path.join(cache_dir, 'stackoverflow.sqlite')) as db:
+    client, size = db.execute(
+        'SELECT client_id, num_examples FROM client_metadata WHERE '
+        "split_name = 'train' ORDER BY num_examples DESC").fetchone()
+  assert size > 100
+  inputs = _client_inputs(fedavg, client, per_example=False)
+  np.testing.assert_array_equal(  # A new trace, as in another process.
+      inputs, _client_inputs(fedavg, client, per_example=False))
+  first = _client_inputs(hand_built, client, per_example=True)
+  assert sorted(map(tuple, inputs.tolist())) == sorted(
+      map(tuple, first.tolist()))
+  assert not np.array_equal(inputs, first)  # Shuffled all the same.
 
 
 if __name__ == '__main__':  # Lets Bazel's py_test run the file.

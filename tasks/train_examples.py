@@ -1,0 +1,59 @@
+"""Which train examples a client trains on, and in what order: the same for
+every algorithm and in every process.
+
+TFF's train preprocessing (the task's `create_preprocess_fn` with a
+`ClientSpec`) shuffles, repeats, then takes `max_elements`. Two consequences,
+closed here for every task:
+
+- The FedAvg family, which trains on TFF's batches, got a random N of a
+  larger client's examples, and N in all over E epochs, while the hand-built
+  clients (per-example data, no shuffle) got its first N in every epoch.
+  Taking the first N before TFF's pipeline (and no `max_elements`) gives
+  every algorithm the same examples, as FedJAX's "first 128 sentences" of a
+  Stack Overflow client (FATHOM, Appendix C.1).
+- Stack Overflow's and Shakespeare's preprocessing shuffle with no seed, so
+  the order (and the sample) changed from process to process and a resumed
+  run could not repeat an uninterrupted one. Setting the seed of the graph
+  TFF traces the preprocessing into fixes the order the way TFF's EMNIST task
+  fixes its own with `debug_seed`: one order per client, the same in every
+  round.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+import tensorflow as tf
+import tensorflow_federated as tff
+
+PreprocessFn = Callable[[tf.data.Dataset], tf.data.Dataset]
+
+
+def first_examples_then(preprocess_fn: PreprocessFn,
+                        max_examples: Optional[int],
+                        graph_seed: Optional[int]) -> PreprocessFn:
+  """`preprocess_fn` on a client's first `max_examples` examples (all when
+  None); with `graph_seed`, its unseeded random ops are fixed by it when
+  traced into a graph (eager calls, e.g. TFF reading the element type, are
+  left alone: setting a seed there would reset the process's global one)."""
+
+  def preprocess(dataset: tf.data.Dataset) -> tf.data.Dataset:
+    if graph_seed is not None and not tf.executing_eagerly():
+      tf.compat.v1.get_default_graph().seed = graph_seed
+    if max_examples is not None:
+      dataset = dataset.take(max_examples)
+    return preprocess_fn(dataset)
+
+  return preprocess
+
+
+def with_train_preprocess(task: Any, preprocess_fn: PreprocessFn) -> Any:
+  """TFF's `BaselineTask` `task` with another train preprocessing."""
+  data = task.datasets
+  return tff.simulation.baselines.BaselineTask(
+      tff.simulation.baselines.BaselineTaskDatasets(
+          train_data=data.train_data, test_data=data.test_data,
+          validation_data=data.validation_data,
+          train_preprocess_fn=preprocess_fn,
+          eval_preprocess_fn=data.eval_preprocess_fn),
+      task.model_fn)
