@@ -2,8 +2,8 @@
 
 Each task module defines NAME, OFFLINE_DATASET (the converter under
 `tasks/offline` that feeds it), ACCURACY_METRIC, DEFAULTS (Reddi et al.'s
-tuned FedAvg values), TFF_SEEDS_SHUFFLE (whether TFF's train preprocessing
-takes the seed) and `create(train_spec, eval_spec, cache_dir, seed)`.
+tuned FedAvg values), TFF_SEEDS_SHUFFLE (whether TFF's preprocessing takes
+the seed) and `create(train_spec, eval_spec, cache_dir, seed)`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Callable, Optional
 from tasks import emnist
 from tasks import shakespeare
 from tasks import stackoverflow
-from tasks import train_examples
+from tasks import client_examples
 
 TASKS: dict[str, ModuleType] = {
     m.NAME: m for m in (emnist, stackoverflow, shakespeare)}
@@ -96,7 +96,8 @@ def load(name: str, *, batch_size: int, epochs: int,
   no shuffling or repetition (the algorithm's clients batch, shuffle and
   repeat with hyperparameters they receive each round); the caller unbatches.
   Either way a client trains on its first `max_examples` examples (in each
-  epoch), in an order `seed` fixes (`tasks/train_examples.py`).
+  epoch), in an order `seed` fixes, as it does the test examples' order
+  (`tasks/client_examples.py`).
   `invert_pixels` (EMNIST only) feeds 1 - pixels, as the FATHOM authors'
   FedJAX pipeline does.
   """
@@ -125,10 +126,14 @@ def load(name: str, *, batch_size: int, epochs: int,
   baseline = module.create(train_spec, eval_spec,
                            os.path.abspath(cache_dir) if cache_dir else None,
                            seed, **extra)
-  baseline = train_examples.with_train_preprocess(
-      baseline, train_examples.first_examples_then(
-          baseline.datasets.train_preprocess_fn, max_examples,
-          None if module.TFF_SEEDS_SHUFFLE else seed))
+  graph_seed = None if module.TFF_SEEDS_SHUFFLE else seed
+  data = baseline.datasets
+  baseline = client_examples.with_preprocessing(
+      baseline,
+      client_examples.first_examples_then(data.train_preprocess_fn,
+                                          max_examples, graph_seed),
+      client_examples.first_examples_then(data.eval_preprocess_fn, None,
+                                          graph_seed))
   if invert_pixels:
     label += '; pixels inverted (1 - x, background 0) as in FedJAX'
   return LoadedTask(baseline, module.ACCURACY_METRIC, label,

@@ -7,8 +7,9 @@ each task's data loaded once for the module.
 
 The last test checks that both kinds of client (TFF's FedAvg family, on
 TFF's batches, and the hand-built ones, on per-example data) train on the
-same examples of a large Stack Overflow client, in an order the seed fixes,
-on the loads the two-round tests left in the cache.
+same examples of a large Stack Overflow client, in an order the seed fixes
+(as it fixes the test examples'), on the loads the two-round tests left in
+the cache.
 
 EMNIST is not repeated here: every algorithm already trains there for 10 or
 more rounds through the same loop in tests/test_experiment.py (the learning
@@ -93,11 +94,16 @@ def test_two_rounds(tmp_path, cache_dir, cached_loads, monkeypatch, task,
   assert 0.0 <= rows[-1]['eval/accuracy'] <= 1.0
 
 
-def _client_inputs(task, client: str, per_example: bool) -> np.ndarray:
-  """A client's train inputs as a round gets them: from the dataset
-  computation TFF traces (anew for every call here) and runs in the worker."""
+def _client_inputs(task, client: str, per_example: bool,
+                   test: bool = False) -> np.ndarray:
+  """A client's inputs as a round (or an evaluation) gets them: from the
+  dataset computation TFF traces (anew for every call here) and runs in the
+  worker."""
   from tff_hpo import wiring  # pylint: disable=g-import-not-at-top
-  batches = wiring.train_data(task, per_example).dataset_computation(client)
+  data = task.baseline.datasets
+  client_data = (data.test_data.preprocess(data.eval_preprocess_fn) if test
+                 else wiring.train_data(task, per_example))
+  batches = client_data.dataset_computation(client)
   length = tasks.stackoverflow.SEQUENCE_LENGTH
   return np.concatenate([np.reshape(x, (-1, length)) for x, _ in batches])
 
@@ -116,10 +122,14 @@ def test_stackoverflow_clients_give_their_first_examples_in_a_seeded_order(
   fedavg = cached_loads('stackoverflow_nwp', per_example=False, **kwargs)
   hand_built = cached_loads('stackoverflow_nwp', per_example=True, **kwargs)
   with sqlite3.connect(os.path.join(cache_dir, 'stackoverflow.sqlite')) as db:
-    client, size = db.execute(
+    (client, size), (test_client, _) = [db.execute(
         'SELECT client_id, num_examples FROM client_metadata WHERE '
-        "split_name = 'train' ORDER BY num_examples DESC").fetchone()
+        'split_name = ? ORDER BY num_examples DESC', (split,)).fetchone()
+                                        for split in ('train', 'test')]
   assert size > 100
+  test_inputs = _client_inputs(fedavg, test_client, False, test=True)
+  np.testing.assert_array_equal(
+      test_inputs, _client_inputs(fedavg, test_client, False, test=True))
   inputs = _client_inputs(fedavg, client, per_example=False)
   np.testing.assert_array_equal(  # A new trace, as in another process.
       inputs, _client_inputs(fedavg, client, per_example=False))

@@ -97,11 +97,11 @@ def _traced(preprocess_fn) -> list[int]:
 
 def test_first_examples_in_every_epoch_in_a_seeded_order():
   like_tff = lambda ds: ds.shuffle(20).repeat(2)  # No seed, as TFF's SO.
-  fixed = tasks.train_examples.first_examples_then(like_tff, 5, graph_seed=3)
+  fixed = tasks.client_examples.first_examples_then(like_tff, 5, graph_seed=3)
   order = _traced(fixed)
   assert sorted(order) == [0, 0, 1, 1, 2, 2, 3, 3, 4, 4]
   assert _traced(fixed) == order
-  assert _traced(tasks.train_examples.first_examples_then(
+  assert _traced(tasks.client_examples.first_examples_then(
       like_tff, 5, graph_seed=4)) != order
   # Unseeded, each trace draws its own order (this one has 20! of them).
   assert _traced(like_tff) != _traced(like_tff)

@@ -1,9 +1,9 @@
-"""Which train examples a client trains on, and in what order: the same for
-every algorithm and in every process.
+"""Which examples a client gives, and in what order: the same for every
+algorithm and in every process.
 
-TFF's train preprocessing (the task's `create_preprocess_fn` with a
-`ClientSpec`) shuffles, repeats, then takes `max_elements`. Two consequences,
-closed here for every task:
+TFF's preprocessing (the task's `create_preprocess_fn` with a `ClientSpec`)
+shuffles, repeats, then takes `max_elements`. Two consequences, closed here
+for every task:
 
 - The FedAvg family, which trains on TFF's batches, got a random N of a
   larger client's examples, and N in all over E epochs, while the hand-built
@@ -13,10 +13,10 @@ closed here for every task:
   Stack Overflow client (FATHOM, Appendix C.1).
 - Stack Overflow's and Shakespeare's preprocessing shuffle with no seed, so
   the order (and the sample) changed from process to process and a resumed
-  run could not repeat an uninterrupted one. Setting the seed of the graph
-  TFF traces the preprocessing into fixes the order the way TFF's EMNIST task
-  fixes its own with `debug_seed`: one order per client, the same in every
-  round.
+  run could not repeat an uninterrupted one (nor its evaluations, whose
+  loss then sums in another order). Setting the seed of the graph TFF traces
+  the preprocessing into fixes the order the way TFF's EMNIST task fixes its
+  own with `debug_seed`: one order per client, the same in every round.
 """
 
 from __future__ import annotations
@@ -47,13 +47,13 @@ def first_examples_then(preprocess_fn: PreprocessFn,
   return preprocess
 
 
-def with_train_preprocess(task: Any, preprocess_fn: PreprocessFn) -> Any:
-  """TFF's `BaselineTask` `task` with another train preprocessing."""
+def with_preprocessing(task: Any, train_fn: PreprocessFn,
+                       eval_fn: PreprocessFn) -> Any:
+  """TFF's `BaselineTask` `task` with other train and eval preprocessing."""
   data = task.datasets
   return tff.simulation.baselines.BaselineTask(
       tff.simulation.baselines.BaselineTaskDatasets(
           train_data=data.train_data, test_data=data.test_data,
-          validation_data=data.validation_data,
-          train_preprocess_fn=preprocess_fn,
-          eval_preprocess_fn=data.eval_preprocess_fn),
+          validation_data=data.validation_data, train_preprocess_fn=train_fn,
+          eval_preprocess_fn=eval_fn),
       task.model_fn)
