@@ -14,10 +14,10 @@ import random
 from types import ModuleType
 from typing import Callable, Optional
 
+from tasks import client_examples
 from tasks import emnist
 from tasks import shakespeare
 from tasks import stackoverflow
-from tasks import client_examples
 
 TASKS: dict[str, ModuleType] = {
     m.NAME: m for m in (emnist, stackoverflow, shakespeare)}
