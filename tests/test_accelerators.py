@@ -64,6 +64,25 @@ def test_cpu_kernel_choices_set_or_leave_the_variable():
     cpu_kernels.worker_environment('mkl', {})
 
 
+def test_tf_default_resolves_to_what_tensorflow_picks_for_this_cpu(
+    monkeypatch):
+  picked_before = os.environ.get(cpu_kernels.VARIABLE)
+  for value, kernels in (('0', 'eigen'), ('TRUE', 'onednn')):
+    monkeypatch.setenv(cpu_kernels.VARIABLE, value)
+    assert cpu_kernels.resolve('tf_default') == kernels
+  assert cpu_kernels.resolve('eigen') == 'eigen'
+  if picked_before is not None:  # TensorFlow has read it already.
+    pytest.skip(f'{cpu_kernels.VARIABLE} is set for this session')
+  monkeypatch.delenv(cpu_kernels.VARIABLE)
+  # TensorFlow's documented rule: oneDNN by default on CPUs with these.
+  with open('/proc/cpuinfo') as f:
+    flags = {w for line in f if line.startswith('flags') for w in line.split()}
+  neural = {'avx512_vnni', 'avx512_bf16', 'avx_vnni', 'amx_tile', 'amx_int8',
+            'amx_bf16'}
+  assert cpu_kernels.resolve('tf_default') == (
+      'onednn' if flags & neural else 'eigen')
+
+
 def test_malloc_limits_leave_the_users_values():
   env = malloc_limits.worker_environment({'MALLOC_ARENA_MAX': '4', 'A': 'b'})
   assert env == {'MALLOC_ARENA_MAX': '4', 'A': 'b',

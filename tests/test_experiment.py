@@ -15,6 +15,7 @@ import pytest
 
 import tasks
 from tff_hpo import config as config_lib
+from tff_hpo import cpu_kernels
 from tff_hpo.algorithms import registry
 from tff_hpo import experiment
 from tff_hpo import run_dir
@@ -267,7 +268,8 @@ def test_changed_settings_refuse_to_resume(tmp_path, cache_dir):
     experiment.Experiment(other, out=io.StringIO()).run()
 
 
-def test_run_from_before_a_setting_existed_still_resumes(tmp_path, cache_dir):
+def test_run_from_before_a_setting_existed_still_resumes(
+    tmp_path, cache_dir, monkeypatch):
   cfg = _config(tmp_path, cache_dir, total_rounds=1, experiment_name='old',
                 eval_clients=10)
   experiment.Experiment(cfg, out=io.StringIO()).run()
@@ -278,13 +280,25 @@ def test_run_from_before_a_setting_existed_still_resumes(tmp_path, cache_dir):
   del saved['cpu_kernels']  # Those versions ran TensorFlow's own choice.
   with open(path, 'w') as f:
     json.dump(saved, f)
-  # This process's worker runs oneDNN's kernels, which that run did not.
+  defaults = registry.default_settings()
+  monkeypatch.delenv(cpu_kernels.VARIABLE, raising=False)
+  # On a CPU where TensorFlow picks Eigen's kernels, this process's oneDNN
+  # worker would continue that run with other kernels.
+  monkeypatch.setattr(cpu_kernels, '_tf_picks_onednn', lambda: False)
   with pytest.raises(config_lib.ConfigError,
-                     match="--cpu_kernels='tf_default' there"):
+                     match="--cpu_kernels='tf_default' there; tf_default "
+                     'means eigen on this machine'):
     experiment.Experiment(dataclasses.replace(cfg, total_rounds=2),
                           out=io.StringIO()).run()
-  assert run_dir.prepare(dataclasses.replace(cfg, cpu_kernels='tf_default'),
-                         'label', registry.default_settings()) is False
+  for same in ('tf_default', 'eigen'):
+    assert run_dir.prepare(dataclasses.replace(cfg, cpu_kernels=same),
+                           'label', defaults) is False
+  # Where it picks oneDNN's (AVX-512 VNNI CPUs), oneDNN's are the same ones.
+  monkeypatch.setattr(cpu_kernels, '_tf_picks_onednn', lambda: True)
+  assert run_dir.prepare(cfg, 'label', defaults) is False
+  with pytest.raises(config_lib.ConfigError, match='means onednn'):
+    run_dir.prepare(dataclasses.replace(cfg, cpu_kernels='eigen'), 'label',
+                    defaults)
   saved.update(cpu_kernels='onednn')
   with open(path, 'w') as f:
     json.dump(saved, f)

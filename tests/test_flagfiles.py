@@ -43,7 +43,7 @@ def test_flagfile_resolves(path, tmp_path, monkeypatch):
     assert options.step_rounding == ('ceil' if authors else 'floor')
     assert options.g_includes_learning_rate is not authors
     assert cfg.emnist_invert_pixels is (authors and cfg.task == 'emnist_cr')
-    assert cfg.cpu_kernels == 'tf_default'  # As the table's runs began.
+    assert cfg.cpu_kernels == 'eigen'  # What the table's runs ran.
     if 'lr0.05' in name:
       assert cfg.client_learning_rate == 0.05
     if 'bs256' in name:

@@ -11,11 +11,15 @@ records its choice (`--cpu_kernels`) and resumes only with the same one.
 
 TensorFlow reads `TF_ENABLE_ONEDNN_OPTS` when it starts, so the choice is
 given to a worker as its environment; the runner's own TensorFlow (which
-trains no model) keeps its default.
+trains no model) keeps its default. `tf_default` is therefore a different
+choice on different CPUs (oneDNN's on AVX-512 VNNI machines, Eigen's on this
+project's earlier AVX2 ones): `resolve` says which kernels it means here, and
+a run resumes when the kernels resolve the same, whatever it was called.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Mapping
 
 VARIABLE = 'TF_ENABLE_ONEDNN_OPTS'
@@ -44,9 +48,31 @@ def worker_environment(choice: str, environ: Mapping[str, str]
   return env
 
 
+def resolve(choice: str) -> str:
+  """`ONEDNN` or `EIGEN`: what a local worker started from this process runs
+  for `choice` (for `TF_DEFAULT`, the worker inherits this environment)."""
+  check(choice)
+  if choice != TF_DEFAULT:
+    return choice
+  set_to = os.environ.get(VARIABLE, '').lower()
+  if set_to in ('1', 'true', '0', 'false'):  # What TensorFlow accepts.
+    return ONEDNN if set_to in ('1', 'true') else EIGEN
+  return ONEDNN if _tf_picks_onednn() else EIGEN
+
+
+def _tf_picks_onednn() -> bool:
+  """TensorFlow's own choice for this CPU (the worker's TF applies the same
+  rule to the same CPU)."""
+  from tensorflow.python.util import _pywrap_util_port  # pylint: disable=g-import-not-at-top
+  return _pywrap_util_port.IsMklEnabled()
+
+
 def describe(choice: str, environ: Mapping[str, str]) -> str:
+  names = {ONEDNN: 'oneDNN CPU kernels', EIGEN: 'Eigen CPU kernels'}
   if choice == TF_DEFAULT:
     set_to = environ.get(VARIABLE)
-    return ('TensorFlow\'s default CPU kernels' if set_to is None else
-            f'CPU kernels as {VARIABLE}={set_to} says')
-  return {ONEDNN: 'oneDNN CPU kernels', EIGEN: 'Eigen CPU kernels'}[choice]
+    if set_to is not None:
+      return f'CPU kernels as {VARIABLE}={set_to} says'
+    return ('TensorFlow\'s default CPU kernels (its '
+            f'{names[ONEDNN if _tf_picks_onednn() else EIGEN]} on this CPU)')
+  return names[choice]

@@ -45,12 +45,19 @@ def prepare(config: config_lib.ExperimentConfig, dataset_label: str,
     then = {k: saved.get(k, LEGACY_VALUES.get(k, defaults.get(k)))
             for k in now}
     changed = sorted(k for k in now if k not in RESUMABLE_CHANGES and
-                     then[k] != now[k])
+                     not _same(k, then[k], now[k]))
     if changed:
+      kernels = ''
+      if 'cpu_kernels' in changed and cpu_kernels.TF_DEFAULT in (
+          then['cpu_kernels'], now['cpu_kernels']):
+        kernels = (f'; {cpu_kernels.TF_DEFAULT} means '
+                   f'{cpu_kernels.resolve(cpu_kernels.TF_DEFAULT)} on this '
+                   f'machine, {cpu_kernels.VARIABLE}=0 or 1 in the '
+                   'environment makes it eigen or onednn')
       raise config_lib.ConfigError(
           f'--experiment_name: {run_dir} holds a run with different '
           f'settings ({", ".join(f"--{k}={then[k]!r} there" for k in changed)}'
-          '); pass those to resume it, or pick another name')
+          f'{kernels}); pass those to resume it, or pick another name')
     return False
   created = not os.path.exists(run_dir)
   os.makedirs(run_dir, exist_ok=True)
@@ -61,6 +68,14 @@ def prepare(config: config_lib.ExperimentConfig, dataset_label: str,
   with open(os.path.join(run_dir, 'dataset.txt'), 'w') as f:
     f.write(dataset_label + '\n')
   return created
+
+
+def _same(flag: str, then: Any, now: Any) -> bool:
+  # `tf_default` names Eigen's kernels on some CPUs and oneDNN's on others.
+  if flag == 'cpu_kernels' and then != now:
+    return (then in cpu_kernels.CHOICES and
+            cpu_kernels.resolve(then) == cpu_kernels.resolve(now))
+  return then == now
 
 
 def released_evaluations(run_dir: str, last_round: int) -> list[float]:
