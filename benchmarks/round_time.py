@@ -9,9 +9,11 @@ from ids included; evaluation and file writes excluded). Algorithms may take
 different numbers of local steps for the same clients (FATHOM floors
 nu_i E / B, TFF's FedAvg runs the partial last batch too), so the comparison
 is per local step. Also records the bytes each round sends down and up and,
-for stateful clients, the host memory their state takes. Writes
-benchmarks/results/round_time.json (summary and ratios) and round_time.csv
-(every round).
+for stateful clients, the host memory their state takes. With `--repeats=K`
+the algorithms run K times, in alternating order (a b c, c b a, ...), so that
+a slow spell of this shared machine falls on all of them; each repeat's ratios
+to FedAvg are reported beside the pooled ones. Writes
+benchmarks/results/<--name>.json (summary and ratios) and .csv (every round).
 """
 
 from __future__ import annotations
@@ -65,41 +67,58 @@ def main() -> int:
   parser.add_argument('--warmup', type=int, default=3)
   parser.add_argument('--workers', type=int, default=1,
                       help='local TFF workers sharing each round')
+  parser.add_argument('--repeats', type=int, default=1,
+                      help='runs of every algorithm, in alternating order')
   parser.add_argument('--cache_dir', default=os.path.join(ROOT, '.cache/tff'))
   parser.add_argument('--out_dir',
                       default=outputs.RESULTS)
+  parser.add_argument('--name', default='round_time',
+                      help='file name of the results, without extension')
   args = parser.parse_args()
 
   import numpy as np  # pylint: disable=g-import-not-at-top
   from tff_hpo import runtime  # pylint: disable=g-import-not-at-top
 
   runtime.install(workers=args.workers)
-  all_rows, per_algorithm = [], {}
+  algorithms = args.algorithms.split(',')
+  all_rows, timed = [], {a: [] for a in algorithms}
   try:
-    for algorithm in args.algorithms.split(','):
-      rows, label, cfg = time_rounds(algorithm, args.rounds, args.warmup,
-                                     args.cache_dir)
-      all_rows += rows
-      timed = rows[args.warmup:]
-      secs = np.array([r['seconds'] for r in timed])
-      steps = np.array([r['local_steps'] for r in timed])
-      examples = np.array([r['examples'] for r in timed])
-      per_algorithm[algorithm] = {
-          'round_seconds_mean': float(secs.mean()),
-          'round_seconds_median': float(np.median(secs)),
-          'round_seconds_std': float(secs.std()),
-          'local_steps_per_round_mean': float(steps.mean()),
-          'ms_per_local_step': float(1000 * secs.sum() / steps.sum()),
-          # FedAvg's partial last batches make cheaper steps than the full
-          # batches of the K_i = floor(nu_i E / B) loops: also per example.
-          'ms_per_example': float(1000 * secs.sum() / examples.sum()),
-          'bytes_broadcast_per_round': timed[-1]['bytes_broadcast'],
-          'bytes_uploaded_per_round': timed[-1]['bytes_uploaded'],
-          # Host memory for client state after all rounds (SCAFFOLD, AdaBest).
-          'client_state_bytes_at_end': timed[-1]['client_state_bytes'],
-      }
+    for repeat in range(args.repeats):
+      for algorithm in algorithms[::-1 if repeat % 2 else 1]:
+        rows, label, cfg = time_rounds(algorithm, args.rounds, args.warmup,
+                                       args.cache_dir)
+        for r in rows:
+          r['repeat'] = repeat
+        all_rows += rows
+        timed[algorithm] += rows[args.warmup:]
   finally:
     runtime.shutdown()
+
+  def ms_per(rows, key):
+    return float(1000 * sum(r['seconds'] for r in rows)
+                 / sum(r[key] for r in rows))
+
+  per_algorithm = {}
+  for algorithm, rows in timed.items():
+    secs = np.array([r['seconds'] for r in rows])
+    per_algorithm[algorithm] = {
+        'round_seconds_mean': float(secs.mean()),
+        'round_seconds_median': float(np.median(secs)),
+        'round_seconds_std': float(secs.std()),
+        'local_steps_per_round_mean': float(
+            np.mean([r['local_steps'] for r in rows])),
+        'ms_per_local_step': ms_per(rows, 'local_steps'),
+        # FedAvg's partial last batches make cheaper steps than the full
+        # batches of the K_i = floor(nu_i E / B) loops: also per example.
+        'ms_per_example': ms_per(rows, 'examples'),
+        'ms_per_local_step_by_repeat': [
+            ms_per([r for r in rows if r['repeat'] == k], 'local_steps')
+            for k in range(args.repeats)],
+        'bytes_broadcast_per_round': rows[-1]['bytes_broadcast'],
+        'bytes_uploaded_per_round': rows[-1]['bytes_uploaded'],
+        # Host memory for client state after all rounds (SCAFFOLD, AdaBest).
+        'client_state_bytes_at_end': rows[-1]['client_state_bytes'],
+    }
 
   summary = {
       'benchmark': 'round time, EMNIST CR CNN (cnn_dropout), same clients',
@@ -107,7 +126,7 @@ def main() -> int:
       'clients_per_round': cfg.clients_per_round,
       'client_batch_size': cfg.client_batch_size,
       'warmup_rounds': args.warmup, 'timed_rounds': args.rounds,
-      'workers': args.workers,
+      'repeats': args.repeats, 'workers': args.workers,
       'machine': outputs.machine(),
       'algorithms': per_algorithm,
   }
@@ -118,7 +137,11 @@ def main() -> int:
     base = per_algorithm['fedavg']['ms_per_example']
     summary['ms_per_example_ratio_to_fedavg'] = {
         a: v['ms_per_example'] / base for a, v in per_algorithm.items()}
-  outputs.write(args.out_dir, 'round_time', summary, all_rows)
+    base = per_algorithm['fedavg']['ms_per_local_step_by_repeat']
+    summary['ms_per_local_step_ratio_to_fedavg_by_repeat'] = {
+        a: [x / b for x, b in zip(v['ms_per_local_step_by_repeat'], base)]
+        for a, v in per_algorithm.items()}
+  outputs.write(args.out_dir, args.name, summary, all_rows)
   return 0
 
 
