@@ -104,8 +104,9 @@ _CPU_KERNELS = flags.DEFINE_enum(
     'cpu_kernels', config_lib.ExperimentConfig.cpu_kernels,
     list(cpu_kernels.CHOICES),
     'CPU kernels of the local TFF workers: oneDNN\'s (faster here), Eigen\'s, '
-    'or TensorFlow\'s own choice for the CPU (runs before this flag). A run '
-    'resumes only with the kernels it began with.')
+    'or TensorFlow\'s own choice for the CPU (runs before this flag; oneDNN\'s '
+    'on AVX-512 VNNI / BF16 / AMX CPUs, else Eigen\'s). A run resumes only '
+    'with the kernels it began with, as they resolve on this machine.')
 _STOP_EVALS = flags.DEFINE_integer(
     'early_stop_evals', 3, 'Evaluations recorded after reaching '
     '--early_stop_accuracy before stopping.')

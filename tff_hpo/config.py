@@ -64,7 +64,8 @@ class ExperimentConfig:
   workers: int = 1
   worker_addresses: str = ''
   # The local workers' CPU kernels (`cpu_kernels.CHOICES`): oneDNN's, Eigen's,
-  # or TensorFlow's choice for the CPU (what runs before this setting did).
+  # or TensorFlow's choice for the CPU (what runs before this setting did;
+  # it differs between CPUs: `cpu_kernels.resolve`).
   cpu_kernels: str = cpu_kernels.ONEDNN
   # The algorithms' own settings: instances of their `spec.Options`
   # dataclasses (e.g. `fathom.FathomOptions(gamma_batch_size=0.05)`); a
