@@ -67,12 +67,26 @@ def _tf_picks_onednn() -> bool:
   return _pywrap_util_port.IsMklEnabled()
 
 
+def same(recorded: str, asked: str) -> bool:
+  """Whether a run recorded with `recorded` may go on with `asked` here."""
+  return recorded == asked or (recorded in CHOICES and
+                               resolve(recorded) == resolve(asked))
+
+
+def tf_default_here() -> str:
+  """What `tf_default` means on this machine, for an error message."""
+  return (f'{TF_DEFAULT} means {resolve(TF_DEFAULT)} on this machine, '
+          f'{VARIABLE}=0 or 1 in the environment makes it {EIGEN} or {ONEDNN}')
+
+
+_NAMES = {ONEDNN: 'oneDNN CPU kernels', EIGEN: 'Eigen CPU kernels'}
+
+
 def describe(choice: str, environ: Mapping[str, str]) -> str:
-  names = {ONEDNN: 'oneDNN CPU kernels', EIGEN: 'Eigen CPU kernels'}
   if choice == TF_DEFAULT:
     set_to = environ.get(VARIABLE)
     if set_to is not None:
       return f'CPU kernels as {VARIABLE}={set_to} says'
     return ('TensorFlow\'s default CPU kernels (its '
-            f'{names[ONEDNN if _tf_picks_onednn() else EIGEN]} on this CPU)')
-  return names[choice]
+            f'{_NAMES[ONEDNN if _tf_picks_onednn() else EIGEN]} on this CPU)')
+  return _NAMES[choice]

@@ -50,10 +50,7 @@ def prepare(config: config_lib.ExperimentConfig, dataset_label: str,
       kernels = ''
       if 'cpu_kernels' in changed and cpu_kernels.TF_DEFAULT in (
           then['cpu_kernels'], now['cpu_kernels']):
-        kernels = (f'; {cpu_kernels.TF_DEFAULT} means '
-                   f'{cpu_kernels.resolve(cpu_kernels.TF_DEFAULT)} on this '
-                   f'machine, {cpu_kernels.VARIABLE}=0 or 1 in the '
-                   'environment makes it eigen or onednn')
+        kernels = '; ' + cpu_kernels.tf_default_here()
       raise config_lib.ConfigError(
           f'--experiment_name: {run_dir} holds a run with different '
           f'settings ({", ".join(f"--{k}={then[k]!r} there" for k in changed)}'
@@ -70,12 +67,13 @@ def prepare(config: config_lib.ExperimentConfig, dataset_label: str,
   return created
 
 
+# How a recorded setting compares with the one asked for, where not by ==
+# (`tf_default` names Eigen's kernels on some CPUs and oneDNN's on others).
+_SAME = {'cpu_kernels': cpu_kernels.same}
+
+
 def _same(flag: str, then: Any, now: Any) -> bool:
-  # `tf_default` names Eigen's kernels on some CPUs and oneDNN's on others.
-  if flag == 'cpu_kernels' and then != now:
-    return (then in cpu_kernels.CHOICES and
-            cpu_kernels.resolve(then) == cpu_kernels.resolve(now))
-  return then == now
+  return _SAME.get(flag, lambda a, b: a == b)(then, now)
 
 
 def released_evaluations(run_dir: str, last_round: int) -> list[float]:
