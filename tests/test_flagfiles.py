@@ -15,10 +15,14 @@ from tff_hpo.algorithms import fathom
 from tff_hpo.algorithms import registry
 from tests.conftest import ROOT
 
-FLAGFILES = sorted(
-    f for f in glob.glob(os.path.join(ROOT, 'flagfiles', '**', '*.cfg'),
-                         recursive=True)
-    if not f.endswith('_baseline.cfg'))  # Included by the others.
+ALL_FLAGFILES = sorted(
+    glob.glob(os.path.join(ROOT, 'flagfiles', '**', '*.cfg'), recursive=True))
+# Parts that other flagfiles include; not runs of their own.
+INCLUDED_PARTS = ('_baseline.cfg', '_setting.cfg', '_pipeline.cfg')
+ALGORITHM_FILES = [f for f in ALL_FLAGFILES
+                   if os.path.basename(os.path.dirname(f)) == 'algorithms']
+FLAGFILES = [f for f in ALL_FLAGFILES
+             if not f.endswith(INCLUDED_PARTS) and f not in ALGORITHM_FILES]
 
 
 @pytest.mark.parametrize('path', FLAGFILES, ids=os.path.basename)
@@ -66,6 +70,25 @@ def test_table1_has_every_row_for_both_algorithms(folder):
     for row in rows:
       for algorithm in ('fathom', 'fedavg'):
         assert f'{task}_{row}_{algorithm}.cfg' in names
+
+
+def test_every_algorithm_has_the_authors_baseline_row():
+  names = {os.path.basename(f) for f in FLAGFILES if 'table1_authors' in f}
+  for algorithm in registry.SPECS:
+    assert f'emnist_baseline_{algorithm}.cfg' in names
+
+
+@pytest.mark.parametrize('path', ALGORITHM_FILES, ids=os.path.basename)
+def test_algorithm_files_leave_the_setting_to_who_includes_them(path):
+  # Included beside a setting (peers, Table 1's rows): a task, budget or
+  # client count set here would silently override or be overridden.
+  setting = ('--task', '--total_rounds', '--clients_per_round',
+             '--client_batch_size', '--client_epochs', '--seed',
+             '--experiment_name', '--flagfile')
+  with open(path) as f:
+    flag_lines = [l.split('=')[0] for l in f if l.startswith('--')]
+  assert flag_lines[0] == '--algorithm'
+  assert not set(flag_lines) & set(setting)
 
 
 if __name__ == '__main__':  # Lets Bazel's py_test run the file.

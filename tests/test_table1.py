@@ -139,6 +139,32 @@ def test_stack_overflow_target_is_a_fraction_of_fedavg_best(tmp_path):
       'authors_stackoverflow_baseline': [pytest.approx(0.9 * 0.25)]}
 
 
+def test_every_algorithm_of_a_row_with_costs_and_best_accuracy(tmp_path):
+  _run(tmp_path, 'authors_emnist_baseline_fathom_s0', [0.5, 0.9],
+       algorithm='fathom', seed=0)
+  _run(tmp_path, 'authors_emnist_baseline_fedadam_s0', [0.81, 0.84, 0.82],
+       algorithm='fedadam', seed=0)
+  _run(tmp_path, 'authors_emnist_baseline_fedadam_s1', [0.7, 0.8, 0.86, 0.85],
+       algorithm='fedadam', seed=1)
+  _run(tmp_path, 'authors_emnist_baseline_scaffold_s0', [0.1], budget=9,
+       algorithm='scaffold', seed=0, ended=False)
+  _run(tmp_path, 'authors_emnist_bs4_fathom_s0', [0.9], algorithm='fathom',
+       seed=0)
+  runs = table1.load_runs(str(tmp_path))
+  text = table1.algorithms_markdown(runs, table1.row_targets(runs))
+  assert 'bs4' not in text  # Only FATHOM / FedAvg there: Table 1 has it.
+  lines = text.splitlines()
+  assert lines[0] == '### authors_emnist_baseline (budget 9 rounds)'
+  assert [l.split(' |')[0] for l in lines[4:]] == [
+      '| fathom', '| fedadam', '| scaffold']  # FATHOM first, then by name.
+  # fedadam: 80 % at rounds 1 and 2 (mean 1.5 -> "2", std 0.71 -> "1"),
+  # 85 % only by s1 (round 3), 86 % likewise; bests 0.84 and 0.86.
+  assert lines[5] == ('| fedadam | 2 ± 1 (2/2) | 0K ± 0K (2/2) | 3 (1/2) | '
+                      '0K (1/2) | 3 (1/2) | 0K (1/2) | 0.850 ± 0.014 | 2/2 |')
+  assert lines[6] == ('| scaffold | pending | pending | pending | pending | '
+                      'pending | pending | pending | 0/1 |')
+
+
 def test_write_readme_with_notes_table_and_figures(tmp_path):
   _run(tmp_path, 'authors_emnist_baseline_fathom_s0', [0.5, 0.9],
        algorithm='fathom', seed=0)
@@ -150,6 +176,7 @@ def test_write_readme_with_notes_table_and_figures(tmp_path):
   assert '- emnist_cr: hand-made' in text
   assert ('| authors_emnist_baseline | 0.85 | 2 (1/1) | 2 (1/1) | 1.00 | '
           '0K (1/1) | 0K (1/1) | 1.00 |') in text
+  assert 'No row has run them yet.' in text
   assert table1.Stat([], 0).text() == 'pending'
   assert table1.Stat([1500.0, 2500.0], 3).text(1e3, 'K') == '2K ± 1K (2/3)'
   assert (tmp_path / 'figures' / 'authors_emnist_baseline.png').stat(

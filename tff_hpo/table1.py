@@ -193,6 +193,43 @@ def table_markdown(runs: Sequence[RunInfo], targets: dict[str, list[float]]
   return '\n'.join(lines)
 
 
+PAIRED = ('fathom', 'fedavg')  # Table 1's two columns, first in every listing.
+
+
+def algorithms_markdown(runs: Sequence[RunInfo],
+                        targets: dict[str, list[float]]) -> str:
+  """Rows with algorithms beyond FATHOM and FedAvg (the baseline row for
+  every other algorithm): each algorithm's rounds and examples to each
+  target, and its best test accuracy, mean ± std over its ended seeds."""
+  sections = []
+  for row in sorted({r.row for r in runs}):
+    members = [r for r in runs if r.row == row]
+    present = {r.algorithm for r in members}
+    if present <= set(PAIRED):
+      continue
+    order = [a for a in PAIRED if a in present] + sorted(present -
+                                                         set(PAIRED))
+    head = ['algorithm'] + [f'{what} to {t:.3g}' for t in targets.get(row, [])
+                            for what in ('rounds', 'examples')]
+    head += ['best test acc. (ended)', 'runs ended']
+    lines = ['| ' + ' | '.join(head) + ' |', '|' + '---|' * len(head)]
+    for algorithm in order:
+      mine = [r for r in members if r.algorithm == algorithm]
+      cells = [algorithm]
+      for target in targets.get(row, []):
+        stats = summarize(mine, target)
+        cells += [stats['rounds'].text(), stats['examples'].text(1e3, 'K')]
+      best = [float(r.frame['eval/accuracy'].max()) for r in mine if r.ended]
+      spread = f' ± {np.std(best, ddof=1):.3f}' if len(best) > 1 else ''
+      cells.append(f'{np.mean(best):.3f}{spread}' if best else 'pending')
+      cells.append(f'{sum(r.ended for r in mine)}/{len(mine)}')
+      lines.append('| ' + ' | '.join(cells) + ' |')
+    budget = max(r.budget for r in members)
+    sections.append(f'### {row} (budget {budget} rounds)\n\n' +
+                    '\n'.join(lines))
+  return '\n\n'.join(sections)
+
+
 def row_targets(runs: Sequence[RunInfo]) -> dict[str, list[float]]:
   targets = {}
   for row in {r.row for r in runs}:
@@ -280,6 +317,10 @@ RATIO_NOTE = (
     'less than it would have needed: "< r" where FedAvg fell short (FATHOM '
     'needs less than r of FedAvg), "> r" where FATHOM did; NA where both '
     'did.')
+ALGORITHMS_NOTE = (
+    'Each algorithm at its own tuned learning rates (flagfiles/algorithms) '
+    'in the row\'s setting and pipeline; cells as in Table 1. Rounds and '
+    'examples to target, not a tuning of these algorithms for this data.')
 NOTES_MD = 'NOTES.md'  # Hand-written: commands, budgets, status; goes first.
 
 
@@ -301,6 +342,8 @@ def write(root: str) -> str:
       '## Table 1 (mean ± std over seeds that reached the target; '
       '(k/n): k reached of n counted)\n\n' + RATIO_NOTE + '\n\n' +
       table_markdown(runs, targets),
+      '## Every algorithm on a row\n\n' + ALGORITHMS_NOTE + '\n\n' +
+      (algorithms_markdown(runs, targets) or 'No row has run them yet.'),
       '## Runs\n\n' + status_markdown(runs),
       '## Figures\n\n' + '\n'.join(
           f'![{os.path.basename(p)}](figures/{os.path.basename(p)})'
