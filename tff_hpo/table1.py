@@ -36,6 +36,7 @@ COSTS = (('rounds', 'round'), ('examples', 'cost/examples_cumulative'),
          ('local_steps', 'cost/local_steps_cumulative'),
          ('seconds', 'train_seconds'))
 HPARAMS = report.HPARAMS
+PAIRED = ('fathom', 'fedavg')  # Table 1's two columns, first in every listing.
 
 
 @dataclasses.dataclass
@@ -176,8 +177,8 @@ def table_markdown(runs: Sequence[RunInfo], targets: dict[str, list[float]]
            '|' + '---|' * 13]
   for row in sorted({r.row for r in runs}):
     members = [r for r in runs if r.row == row]
-    fathom = [r for r in members if r.algorithm == 'fathom']
-    fedavg = [r for r in members if r.algorithm == 'fedavg']
+    fathom, fedavg = ([r for r in members if r.algorithm == a]
+                      for a in PAIRED)
     if not (fathom and fedavg):
       continue
     budget = max(r.budget for r in members)
@@ -191,9 +192,6 @@ def table_markdown(runs: Sequence[RunInfo], targets: dict[str, list[float]]
           f'{a["local_steps"].text()} | {b["local_steps"].text()} | '
           f'{a["seconds"].text()} | {b["seconds"].text()} | {budget} |')
   return '\n'.join(lines)
-
-
-PAIRED = ('fathom', 'fedavg')  # Table 1's two columns, first in every listing.
 
 
 def algorithms_markdown(runs: Sequence[RunInfo],
