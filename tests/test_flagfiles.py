@@ -13,6 +13,7 @@ import run_experiment  # Defines the flags.
 import tasks
 from tff_hpo.algorithms import fathom
 from tff_hpo.algorithms import registry
+from tff_hpo.table1 import PAIRED
 from tests.conftest import ROOT
 
 ALL_FLAGFILES = sorted(
@@ -53,8 +54,12 @@ def test_flagfile_resolves(path, tmp_path, monkeypatch):
     if 'bs256' in name:
       assert cfg.client_batch_size == 256
     if name.startswith('stackoverflow_baseline'):
-      assert (cfg.client_learning_rate, cfg.client_batch_size,
-              cfg.clients_per_round) == (0.32, 16, 50)
+      # Table 1's Baseline_fso; the other algorithms keep their own lr.
+      assert (cfg.client_batch_size, cfg.clients_per_round,
+              cfg.max_examples_per_client) == (16, 50,
+                                               128 if authors else 1000)
+      if cfg.algorithm in PAIRED:
+        assert cfg.client_learning_rate == 0.32
   if 'peers' in path:
     assert cfg.experiment_name == 'peers_' + name.removesuffix('.cfg')
 
@@ -72,10 +77,11 @@ def test_table1_has_every_row_for_both_algorithms(folder):
         assert f'{task}_{row}_{algorithm}.cfg' in names
 
 
-def test_every_algorithm_has_the_authors_baseline_row():
+@pytest.mark.parametrize('task', ['emnist', 'stackoverflow'])
+def test_every_algorithm_has_the_authors_baseline_row(task):
   names = {os.path.basename(f) for f in FLAGFILES if 'table1_authors' in f}
   for algorithm in registry.SPECS:
-    assert f'emnist_baseline_{algorithm}.cfg' in names
+    assert f'{task}_baseline_{algorithm}.cfg' in names
 
 
 @pytest.mark.parametrize('path', ALGORITHM_FILES, ids=os.path.basename)
