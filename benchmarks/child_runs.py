@@ -109,3 +109,15 @@ def worker_rss_bytes(field: str = 'VmRSS') -> int:
   from benchmarks import outputs  # pylint: disable=g-import-not-at-top
   from tff_hpo import runtime  # pylint: disable=g-import-not-at-top
   return sum(outputs.rss_bytes(p, field) for p in runtime.worker_pids())
+
+
+def worker_cpu_seconds() -> tuple[float, float]:
+  """User and system CPU seconds of the run's TFF workers so far (/proc)."""
+  from tff_hpo import runtime  # pylint: disable=g-import-not-at-top
+  user = system = 0
+  for pid in runtime.worker_pids():
+    with open(f'/proc/{pid}/stat') as f:
+      fields = f.read().rsplit(')', 1)[1].split()
+    user, system = user + int(fields[11]), system + int(fields[12])
+  tick = os.sysconf('SC_CLK_TCK')
+  return user / tick, system / tick

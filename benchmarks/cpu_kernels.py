@@ -29,23 +29,13 @@ os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 KERNELS = ('eigen', 'onednn')
 
 
-def _worker_cpu_seconds() -> float:
-  from tff_hpo import runtime  # pylint: disable=g-import-not-at-top
-  total = 0.0
-  for pid in runtime.worker_pids():
-    with open(f'/proc/{pid}/stat') as f:
-      fields = f.read().rsplit(')', 1)[1].split()
-    total += int(fields[11]) + int(fields[12])  # utime, stime
-  return total / os.sysconf('SC_CLK_TCK')
-
-
 def child(args) -> int:
   """One run; prints a JSON row per round, then the dataset label."""
   algorithm, kernels = args.child.split(':')
   last = [None]
 
   def record(round_num, metrics):
-    now = _worker_cpu_seconds()
+    now = sum(child_runs.worker_cpu_seconds())
     print(json.dumps({
         'algorithm': algorithm, 'cpu_kernels': kernels, 'round': round_num,
         'round_seconds': metrics['time/round_seconds'],
