@@ -12,7 +12,7 @@ import os
 import subprocess
 import sys
 import tempfile
-from typing import Any, Callable, Iterator, Optional, Sequence
+from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -30,15 +30,18 @@ def add_flags(parser: argparse.ArgumentParser,
   parser.add_argument('--out_dir', default=outputs.RESULTS)
 
 
-def collect(script: str, name: str, drop_flag: str) -> tuple[list[dict], dict]:
-  """Runs `script --child=name` with this process's flags but `drop_flag`;
-  returns its per-round rows (those with 'round') and its last line. Each
-  line is echoed to stderr as it comes, so a long run shows its progress and
-  leaves its rows behind if stopped."""
+def collect(script: str, name: str, drop_flag: str,
+            env: Optional[Mapping[str, str]] = None
+            ) -> tuple[list[dict], dict]:
+  """Runs `script --child=name` with this process's flags but `drop_flag`
+  (and `env`, if given, as its whole environment); returns its per-round
+  rows (those with 'round') and its last line. Each line is echoed to stderr
+  as it comes, so a long run shows its progress and leaves its rows behind
+  if stopped."""
   child = subprocess.Popen(
       [sys.executable, os.path.abspath(script), f'--child={name}'] +
       [a for a in sys.argv[1:] if not a.startswith(drop_flag)],
-      stdout=subprocess.PIPE, text=True,
+      stdout=subprocess.PIPE, text=True, env=env,
       preexec_fn=parent_death.die_with_parent)
   lines = []
   for line in child.stdout:
@@ -60,15 +63,19 @@ def rounds_exceed_warmup(args: argparse.Namespace) -> bool:
 
 
 def alternate(script: str, groups: Sequence[str], modes: Sequence[str],
-              pairs: int, warmup: int, rows: list[dict]
+              pairs: int, warmup: int, rows: list[dict],
+              environments: Optional[Mapping[str, Mapping[str, str]]] = None
               ) -> Iterator[tuple[str, int, str, list[dict], dict]]:
   """Runs `script --child=<group>:<mode>`, the modes of each pair back to
-  back; adds every round row (with its pair) to `rows` and yields, per run,
-  (group, pair, mode, the rows after `warmup`, its last line)."""
+  back (each mode in `environments[mode]`, if given, else this process's
+  environment); adds every round row (with its pair) to `rows` and yields,
+  per run, (group, pair, mode, the rows after `warmup`, its last line)."""
   for group in groups:
     for pair in range(pairs):
       for mode in modes:
-        run_rows, last = collect(script, f'{group}:{mode}', '--child')
+        run_rows, last = collect(
+            script, f'{group}:{mode}', '--child',
+            environments[mode] if environments else None)
         rows += [dict(r, pair=pair) for r in run_rows]
         yield (group, pair, mode,
                [r for r in run_rows if r['round'] > warmup], last)

@@ -4,8 +4,9 @@
       [--modes=limits,glibc,arena2,mmap32m] [--pairs=1] [--rounds=8]
 
 `tff_hpo.malloc_limits` was chosen on EMNIST soaks (memory kept flat for 2 %
-of a step's time). A Stack Overflow FATHOM run of Table 1 then spent 43 % of
-its worker's CPU time in the kernel with those settings, and 6 % without.
+of a step's time). A Stack Overflow FATHOM run of Table 1 was then seen (once,
+by the session that wrote this) to spend 43 % of its worker's CPU time in
+the kernel with those settings, and 6 % without.
 This benchmark runs each group (task:algorithm:batch size, 10 clients per
 round, clients cut to 128 examples, seed 0) under each mode, one process
 each, the modes of a pair back to back:
@@ -18,8 +19,9 @@ each, the modes of a pair back to back:
   dynamic one).
 
 Per round: wall time, local steps, the user and system CPU time of the
-worker and of the runner, and the worker's resident memory. Writes benchmarks/results/malloc_settings.json (per run
-and per group the ratios to `limits`) and .csv (every round). Short runs:
+worker and of the runner, and the worker's resident memory. Writes
+benchmarks/results/malloc_settings.json (per run and per group the ratios
+to `limits`) and .csv (every round). Short runs:
 memory growth over many rounds is `soak.py`'s question.
 """
 
@@ -82,16 +84,10 @@ def child(args) -> int:
   return 0
 
 
-def _run_in(mode: str, group: str, pair: int) -> tuple[list[dict], dict]:
-  saved = {k: os.environ.pop(k) for k in _VARIABLES if k in os.environ}
-  os.environ.update(MODES[mode])
-  try:
-    rows, last = child_runs.collect(__file__, f'{group}:{mode}', '--child')
-  finally:
-    for k in _VARIABLES:
-      os.environ.pop(k, None)
-    os.environ.update(saved)
-  return [dict(r, pair=pair) for r in rows], last
+def _environment(mode: str) -> dict[str, str]:
+  """This process's environment without any mode's variables, plus `mode`'s."""
+  env = {k: v for k, v in os.environ.items() if k not in _VARIABLES}
+  return {**env, **MODES[mode]}
 
 
 def _summary(group: str, mode: str, pair: int, timed: list[dict],
@@ -137,16 +133,13 @@ def main() -> int:
     return 2
 
   rows, runs = [], []
-  for group in args.groups.split(','):
-    for pair in range(args.pairs):
-      for mode in modes:
-        run_rows, last = _run_in(mode, group, pair)
-        rows += run_rows
-        # The last round's CPU time includes the run's final evaluation.
-        runs.append(_summary(group, mode, pair, [
-            r for r in run_rows if args.warmup < r['round'] < args.rounds],
-            last))
-        print(runs[-1], flush=True)
+  for group, pair, mode, timed, last in child_runs.alternate(
+      __file__, args.groups.split(','), modes, args.pairs, args.warmup, rows,
+      {m: _environment(m) for m in modes}):
+    # The last round's CPU time includes the run's final evaluation.
+    runs.append(_summary(group, mode, pair, [
+        r for r in timed if r['round'] < args.rounds], last))
+    print(runs[-1], flush=True)
   keys = ('wall_ms_per_step', 'worker_rss_mb_last_round') + tuple(
       k.replace('_seconds', '_ms_per_step') for k in CPU_KEYS)
   ratios = []
