@@ -139,9 +139,11 @@ def test_stack_overflow_target_is_a_fraction_of_fedavg_best(tmp_path):
       'authors_stackoverflow_baseline': [pytest.approx(0.9 * 0.25)]}
 
 
-def test_every_algorithm_of_a_row_with_costs_and_best_accuracy(tmp_path):
+def test_every_algorithm_of_a_row_with_costs_and_ratios_to_fedavg(tmp_path):
   _run(tmp_path, 'authors_emnist_baseline_fathom_s0', [0.5, 0.9],
        algorithm='fathom', seed=0)
+  _run(tmp_path, 'authors_emnist_baseline_fedavg_s0', [0.5, 0.6, 0.8, 0.9],
+       algorithm='fedavg', seed=0)
   _run(tmp_path, 'authors_emnist_baseline_fedadam_s0', [0.81, 0.84, 0.82],
        algorithm='fedadam', seed=0)
   _run(tmp_path, 'authors_emnist_baseline_fedadam_s1', [0.7, 0.8, 0.86, 0.85],
@@ -155,14 +157,24 @@ def test_every_algorithm_of_a_row_with_costs_and_best_accuracy(tmp_path):
   assert 'bs4' not in text  # Only FATHOM / FedAvg there: Table 1 has it.
   lines = text.splitlines()
   assert lines[0] == '### authors_emnist_baseline (budget 9 rounds)'
-  assert [l.split(' |')[0] for l in lines[4:]] == [
-      '| fathom', '| fedadam', '| scaffold']  # FATHOM first, then by name.
-  # fedadam: 80 % at rounds 1 and 2 (mean 1.5 -> "2", std 0.71 -> "1"),
-  # 85 % only by s1 (round 3), 86 % likewise; bests 0.84 and 0.86.
-  assert lines[5] == ('| fedadam | 2 ± 1 (2/2) | 0K ± 0K (2/2) | 3 (1/2) | '
-                      '0K (1/2) | 3 (1/2) | 0K (1/2) | 0.850 ± 0.014 | 2/2 |')
-  assert lines[6] == ('| scaffold | pending | pending | pending | pending | '
-                      'pending | pending | pending | 0/1 |')
+  assert lines[4:8] == ['| fathom | 1/1 | 0.900 |', '| fedavg | 1/1 | 0.900 |',
+                        '| fedadam | 2/2 | 0.850 ± 0.014 |',
+                        '| scaffold | 0/1 | pending |']
+  # fedadam reaches 80 % at rounds 1 and 2 (mean 1.5, 7.5 steps, 3 s)
+  # against FedAvg's round 3 (15 steps): half of each.
+  at80 = lines[lines.index('Test accuracy 0.8:') + 6]
+  assert at80 == ('| fedadam | 2 ± 1 (2/2) | 0K ± 0K (2/2) | 8 ± 4 (2/2) | '
+                  '3 ± 1 (2/2) | 0.50 / 0.50 / 0.50 |')
+  at86 = lines[lines.index('Test accuracy 0.86:'):][4:]
+  # FATHOM: round 2 against FedAvg's 4. fedadam: s1 at round 3, s0 ended at
+  # round 3 short of it, so its mean is over (3 + 3) / 2 / 4.
+  assert at86[:4] == [
+      '| fathom | 2 (1/1) | 0K (1/1) | 10 (1/1) | 4 (1/1) | '
+      '0.50 / 0.50 / 0.50 |',
+      '| fedavg | 4 (1/1) | 0K (1/1) | 20 (1/1) | 8 (1/1) | - |',
+      '| fedadam | 3 (1/2) | 0K (1/2) | 15 (1/2) | 6 (1/2) | '
+      '> 0.75 / > 0.75 / > 0.75 |',
+      '| scaffold | pending | pending | pending | pending | NA / NA / NA |']
 
 
 def test_write_readme_with_notes_table_and_figures(tmp_path):

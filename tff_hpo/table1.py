@@ -194,11 +194,18 @@ def table_markdown(runs: Sequence[RunInfo], targets: dict[str, list[float]]
   return '\n'.join(lines)
 
 
+def _best_accuracy(runs: Sequence[RunInfo]) -> str:
+  best = [float(r.frame['eval/accuracy'].max()) for r in runs if r.ended]
+  spread = f' ± {np.std(best, ddof=1):.3f}' if len(best) > 1 else ''
+  return f'{np.mean(best):.3f}{spread}' if best else 'pending'
+
+
 def algorithms_markdown(runs: Sequence[RunInfo],
                         targets: dict[str, list[float]]) -> str:
   """Rows with algorithms beyond FATHOM and FedAvg (the baseline row for
-  every other algorithm): each algorithm's rounds and examples to each
-  target, and its best test accuracy, mean ± std over its ended seeds."""
+  every other algorithm): per row, each algorithm's seeds and best test
+  accuracy, then per target its rounds, examples, local steps and training
+  seconds (cells as in Table 1) and its ratios to FedAvg's."""
   sections = []
   for row in sorted({r.row for r in runs}):
     members = [r for r in runs if r.row == row]
@@ -207,24 +214,32 @@ def algorithms_markdown(runs: Sequence[RunInfo],
       continue
     order = [a for a in PAIRED if a in present] + sorted(present -
                                                          set(PAIRED))
-    head = ['algorithm'] + [f'{what} to {t:.3g}' for t in targets.get(row, [])
-                            for what in ('rounds', 'examples')]
-    head += ['best test acc. (ended)', 'runs ended']
-    lines = ['| ' + ' | '.join(head) + ' |', '|' + '---|' * len(head)]
-    for algorithm in order:
-      mine = [r for r in members if r.algorithm == algorithm]
-      cells = [algorithm]
-      for target in targets.get(row, []):
-        stats = summarize(mine, target)
-        cells += [stats['rounds'].text(), stats['examples'].text(1e3, 'K')]
-      best = [float(r.frame['eval/accuracy'].max()) for r in mine if r.ended]
-      spread = f' ± {np.std(best, ddof=1):.3f}' if len(best) > 1 else ''
-      cells.append(f'{np.mean(best):.3f}{spread}' if best else 'pending')
-      cells.append(f'{sum(r.ended for r in mine)}/{len(mine)}')
-      lines.append('| ' + ' | '.join(cells) + ' |')
+    by_algorithm = {a: [r for r in members if r.algorithm == a]
+                    for a in order}
+    lines = ['| algorithm | runs ended | best test acc. (ended) |',
+             '|---|---|---|']
+    lines += [f'| {a} | {sum(r.ended for r in mine)}/{len(mine)} | '
+              f'{_best_accuracy(mine)} |' for a, mine in by_algorithm.items()]
+    parts = ['\n'.join(lines)]
+    for target in targets.get(row, []):
+      stats = {a: summarize(mine, target) for a, mine in by_algorithm.items()}
+      fedavg = stats.get('fedavg')
+      lines = [f'Test accuracy {target:.3g}:', '',
+               '| algorithm | rounds | examples | local steps | train s | '
+               'rounds / examples / local steps, ratio to FedAvg |',
+               '|---|---|---|---|---|---|']
+      for a, stat in stats.items():
+        ratios = (' / '.join(ratio(stat[c], fedavg[c]) for c in
+                             ('rounds', 'examples', 'local_steps'))
+                  if fedavg and a != 'fedavg' else '-')
+        lines.append(f'| {a} | {stat["rounds"].text()} | '
+                     f'{stat["examples"].text(1e3, "K")} | '
+                     f'{stat["local_steps"].text()} | '
+                     f'{stat["seconds"].text()} | {ratios} |')
+      parts.append('\n'.join(lines))
     budget = max(r.budget for r in members)
     sections.append(f'### {row} (budget {budget} rounds)\n\n' +
-                    '\n'.join(lines))
+                    '\n\n'.join(parts))
   return '\n\n'.join(sections)
 
 
@@ -317,8 +332,9 @@ RATIO_NOTE = (
     'did.')
 ALGORITHMS_NOTE = (
     'Each algorithm at its own tuned learning rates (flagfiles/algorithms) '
-    'in the row\'s setting and pipeline; cells as in Table 1. Rounds and '
-    'examples to target, not a tuning of these algorithms for this data.')
+    'in the row\'s setting and pipeline; cells and ratios as in Table 1 '
+    '(a ratio is the algorithm\'s mean over FedAvg\'s). Costs to target, '
+    'not a tuning of these algorithms for this data.')
 NOTES_MD = 'NOTES.md'  # Hand-written: commands, budgets, status; goes first.
 
 
