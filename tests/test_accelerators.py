@@ -6,6 +6,7 @@ the CPU kernels asked for."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 
@@ -15,6 +16,7 @@ from tests.conftest import ROOT
 from tff_hpo import cpu_kernels
 from tff_hpo import malloc_limits
 from tff_hpo import runtime
+from tff_hpo import worker_pool
 
 GPU_WORKER = os.environ.get('TFF_HPO_GPU_WORKER', '')
 
@@ -48,6 +50,23 @@ def test_the_worker_starts_with_the_malloc_limits_and_onednn(tff_runtime):
   assert environ.get(cpu_kernels.VARIABLE.encode()) == b'1'
   with pytest.raises(RuntimeError, match='runs onednn CPU kernels'):
     runtime.install(cpu_kernels='eigen')
+
+
+def test_no_worker_starts_after_sigterm(monkeypatch):
+  # A second signal during teardown once made TFF's thread fork a worker and
+  # crash; after SIGTERM the factory refuses instead of starting one.
+  def start_local(*args):
+    raise AssertionError('a worker was started after SIGTERM')
+  monkeypatch.setattr(worker_pool, 'start_local', start_local)
+  monkeypatch.setattr(runtime, 'shutdown', lambda: None)
+  monkeypatch.setattr(runtime, '_workers', [])  # As after shutdown().
+  monkeypatch.setattr(runtime, '_terminating', False)
+  with pytest.raises(SystemExit) as exit_info:
+    runtime._raise_system_exit(signal.SIGTERM, None)  # pylint: disable=protected-access
+  assert exit_info.value.code == 128 + signal.SIGTERM
+  factory = runtime._executor_factory(0, 1, restart=True)  # pylint: disable=protected-access
+  with pytest.raises(worker_pool.WorkerLost, match='termination signal'):
+    factory.create_executor({})
 
 
 def test_cpu_kernel_choices_set_or_leave_the_variable():

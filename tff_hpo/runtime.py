@@ -11,7 +11,8 @@ This module owns the workers instead (`worker_pool` starts and stops them):
   when it is SIGKILLed, and write to log files, never to our stdout/stderr;
 * `shutdown()` runs at normal exit (atexit), on exceptions, and on SIGINT or
   SIGTERM (Python's `KeyboardInterrupt`, and SIGTERM turned into
-  `SystemExit`, so that `finally` blocks and atexit handlers run);
+  `SystemExit`, so that `finally` blocks and atexit handlers run); after
+  SIGTERM no worker starts again, though TFF's threads may ask for one;
 * they and this process run with `malloc_limits`' allocator settings, which
   keep a long run's resident memory from growing with rounds;
 * local workers run the CPU kernels `install(cpu_kernels=...)` names
@@ -45,6 +46,7 @@ _workers: list[worker_pool.Worker] = []
 _installed: Optional[tuple[int, tuple[str, ...]]] = None  # (workers, addresses)
 _binary: Optional[str] = None  # Set by install(worker_binary=...).
 _kernels: str = cpu_kernels_lib.ONEDNN  # Set by install(cpu_kernels=...).
+_terminating = False  # Set by SIGTERM; no worker starts after it.
 # Printed by TensorFlow builds without CUDA; the pip worker_binary holds it.
 _NO_CUDA_MARKER = b'TensorFlow was not compiled with CUDA'
 
@@ -146,6 +148,10 @@ def worker_pids() -> list[int]:
 
 
 def _raise_system_exit(signum, frame):  # pylint: disable=unused-argument
+  global _terminating
+  # TFF's executor threads may still ask for a worker while we unwind; a
+  # fork then (a second signal during teardown) crashed the interpreter.
+  _terminating = True
   shutdown()  # First: a caller may swallow SystemExit (pytest does).
   raise SystemExit(128 + signum)
 
@@ -160,6 +166,9 @@ def _executor_factory(index: int, default_num_clients: int,
 
   def stack_fn(cardinalities):
     with _lock:
+      if _terminating:
+        raise worker_pool.WorkerLost(
+            'a termination signal arrived; no TFF worker starts after it')
       if restart:  # One local worker: replace it if it died (or was shut down).
         if not _workers or not _workers[0].stub.is_ready:
           for dead in _workers:
