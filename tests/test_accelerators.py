@@ -1,7 +1,7 @@
 """Which worker runs, and what it can use: the stock pip worker is CPU-only;
 a CUDA-built one (TFF_HPO_GPU_WORKER) is tested where a GPU exists. Workers
 and the runner run with `malloc_limits`' allocator settings, and workers with
-the CPU kernels asked for."""
+the CPU kernels asked for; none starts after SIGTERM."""
 
 from __future__ import annotations
 

@@ -46,7 +46,7 @@ _workers: list[worker_pool.Worker] = []
 _installed: Optional[tuple[int, tuple[str, ...]]] = None  # (workers, addresses)
 _binary: Optional[str] = None  # Set by install(worker_binary=...).
 _kernels: str = cpu_kernels_lib.ONEDNN  # Set by install(cpu_kernels=...).
-_terminating = False  # Set by SIGTERM; no worker starts after it.
+_terminating: bool = False  # Set by SIGTERM; no worker starts after it.
 # Printed by TensorFlow builds without CUDA; the pip worker_binary holds it.
 _NO_CUDA_MARKER = b'TensorFlow was not compiled with CUDA'
 
