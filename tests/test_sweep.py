@@ -20,6 +20,7 @@ import time
 import pytest
 
 from tests import lock_holder
+from tff_hpo import close_run
 from tff_hpo import run_status
 from tff_hpo import sweep
 
@@ -175,6 +176,55 @@ def test_a_second_interrupt_kills_runs_that_do_not_stop(tmp_path):
   pid = int(re.search(r'\(pid (\d+)\)', out.getvalue()).group(1))
   with pytest.raises(ChildProcessError):
     os.waitpid(pid, os.WNOHANG)  # Reaped: no child left behind.
+
+
+def _partial(root, name, rounds, planned=300):
+  """A run stopped short of its budget: config and metrics, no status."""
+  run_dir = root / name
+  run_dir.mkdir(parents=True)
+  (run_dir / 'config.json').write_text(json.dumps({'total_rounds': planned}))
+  (run_dir / 'metrics.csv').write_text(
+      'round,eval/accuracy\n' + ''.join(f'{r},0.5\n' for r in rounds))
+  return str(run_dir)
+
+
+def test_a_closed_run_keeps_its_rounds_as_budget_and_is_skipped(tmp_path):
+  runs = sweep.plan([_flagfile(tmp_path, 'cut')], [0])
+  s, root = _sweep(tmp_path, runs, parallel=1, total_rounds=300)
+  run_dir = _partial(root, 'cut_s0', [1, 2, 3, 10])
+  assert close_run.main(['--reason=checkpoint lost', run_dir]) == 0
+  status = run_status.read(run_dir)
+  assert (status['last_round'], status['total_rounds'],
+          status['planned_rounds'], status['closed']) == (
+              10, 10, 300, 'checkpoint lost')
+  # Even a sweep asking for more rounds leaves a closed run alone.
+  assert run_status.has_ended(run_dir, total_rounds=300)
+  assert s.run() == 0
+  assert s.results['cut_s0'] == 'already ended'
+  assert not (root / 'calls.txt').exists()
+
+
+def test_close_run_refuses_bad_runs_and_closes_none(tmp_path, capsys):
+  good = _partial(tmp_path, 'good', [5])
+  empty = _partial(tmp_path, 'empty', [])
+  ended = _partial(tmp_path, 'ended', [5])
+  _status(ended)
+  for bad, message in [(empty, 'no rounds'), (ended, 'already ended'),
+                       (str(tmp_path / 'missing'), 'no config.json')]:
+    assert close_run.main(['--reason=x', good, bad]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith('close_run: ') and message in err, err
+    assert run_status.read(good) is None  # All or none.
+  assert close_run.main(['--reason= ', good]) == 2
+  assert '--reason' in capsys.readouterr().err
+  holder = lock_holder.start(good)
+  try:
+    assert close_run.main(['--reason=x', good]) == 2
+    assert f'in use by pid {holder.pid}' in capsys.readouterr().err
+  finally:
+    holder.kill()
+    holder.wait()
+  assert run_status.read(good) is None
 
 
 def test_main_refuses_bad_input_with_one_line(tmp_path, capsys):

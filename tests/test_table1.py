@@ -10,6 +10,7 @@ import sys
 import pandas as pd
 import pytest
 
+from tff_hpo import run_status
 from tff_hpo import table1
 
 
@@ -113,6 +114,30 @@ def test_unreached_runs_count_once_ended_and_rows_pair_algorithms(tmp_path):
   line = next(l for l in table.splitlines() if '| 0.86 |' in l)
   # FATHOM s1 spent 2 rounds without reaching 0.86: its mean is > 2.
   assert '| 2 (1/2) | 4 (1/1) | > 0.50 |' in line
+
+
+def test_closed_runs_state_their_cut_budget_and_count_unreached(tmp_path):
+  # FATHOM reached 0.8 at round 2, then was closed at 3 of a planned 30;
+  # FedAvg was closed at round 4 without reaching it.
+  _run(tmp_path, 'authors_emnist_ncpr_fathom_s0', [0.5, 0.8, 0.82],
+       algorithm='fathom', seed=0, budget=30, ended=False)
+  _run(tmp_path, 'authors_emnist_ncpr_fedavg_s0', [0.5, 0.6, 0.7, 0.75],
+       algorithm='fedavg', seed=0, budget=30, ended=False)
+  runs = table1.load_runs(str(tmp_path))
+  assert table1.summarize(runs[1:], 0.8)['rounds'].text() == 'pending'
+  for run_dir in ('authors_emnist_ncpr_fathom_s0',
+                  'authors_emnist_ncpr_fedavg_s0'):
+    run_status.close(str(tmp_path / run_dir), 'machine gone')
+  runs = table1.load_runs(str(tmp_path))
+  assert [(r.ended, r.budget, r.planned) for r in runs] == [
+      (True, 3, 30), (True, 4, 30)]
+  table = table1.table_markdown(runs, {'authors_emnist_ncpr': [0.8, 0.86]})
+  assert ('| authors_emnist_ncpr | 0.8 | 2 (1/1) | NA (0/1) | < 0.50 |'
+          in table)  # FedAvg spent 4 rounds short of 0.8.
+  assert table.rstrip().endswith('| fathom 3 / fedavg 4 (closed) |')
+  status = table1.status_markdown(runs)
+  assert '| 3 | 3 | closed (planned 30) | 0.8200 |' in status
+  assert '- authors_emnist_ncpr_fedavg_s0: machine gone' in status
 
 
 @pytest.mark.parametrize('fathom, fedavg, want', [

@@ -50,6 +50,8 @@ class RunInfo:
   ended: bool
   budget: int
   dataset: str
+  closed: Optional[str] = None  # Why it was closed short of its plan.
+  planned: Optional[int] = None  # The budget it was started with.
 
 
 def load_runs(root: str) -> list[RunInfo]:
@@ -77,9 +79,12 @@ def load_runs(root: str) -> list[RunInfo]:
       frame['eval/accuracy'] = np.nan
     frame['train_seconds'] = frame['time/round_seconds'].cumsum()
     ended = run_status.has_ended(run_dir)
+    status = run_status.read(run_dir) or {}
+    closed = status.get('closed')
+    budget = status['total_rounds'] if closed else config['total_rounds']
     runs.append(RunInfo(name, row, config['algorithm'], config['seed'],
-                        config['task'], frame, ended, config['total_rounds'],
-                        dataset))
+                        config['task'], frame, ended, budget, dataset,
+                        closed, config['total_rounds']))
   return runs
 
 
@@ -181,7 +186,7 @@ def table_markdown(runs: Sequence[RunInfo], targets: dict[str, list[float]]
                       for a in PAIRED)
     if not (fathom and fedavg):
       continue
-    budget = max(r.budget for r in members)
+    budget = _budget_text(members)
     for target in targets.get(row, []):
       a, b = summarize(fathom, target), summarize(fedavg, target)
       lines.append(
@@ -192,6 +197,18 @@ def table_markdown(runs: Sequence[RunInfo], targets: dict[str, list[float]]
           f'{a["local_steps"].text()} | {b["local_steps"].text()} | '
           f'{a["seconds"].text()} | {b["seconds"].text()} | {budget} |')
   return '\n'.join(lines)
+
+
+def _budget_text(members: Sequence[RunInfo]) -> str:
+  """The row's budget in rounds (the largest); where runs were closed short
+  of it, each algorithm's, marked "closed"."""
+  if not any(r.closed for r in members):
+    return str(max(r.budget for r in members))
+  budgets = {}
+  for r in members:
+    budgets.setdefault(r.algorithm, set()).add(r.budget)
+  return ' / '.join(f'{a} {"-".join(map(str, sorted(b)))}'
+                    for a, b in sorted(budgets.items())) + ' (closed)'
 
 
 def _best_accuracy(runs: Sequence[RunInfo]) -> str:
@@ -237,7 +254,7 @@ def algorithms_markdown(runs: Sequence[RunInfo],
                      f'{stat["local_steps"].text()} | '
                      f'{stat["seconds"].text()} | {ratios} |')
       parts.append('\n'.join(lines))
-    budget = max(r.budget for r in members)
+    budget = _budget_text(members)
     sections.append(f'### {row} (budget {budget} rounds)\n\n' +
                     '\n\n'.join(parts))
   return '\n\n'.join(sections)
@@ -318,9 +335,15 @@ def status_markdown(runs: Sequence[RunInfo]) -> str:
            '|---|---|---|---|---|---|']
   for r in runs:
     best = r.frame['eval/accuracy'].max()
+    ended = (f'closed (planned {r.planned})' if r.closed else
+             'yes' if r.ended else 'no')
     lines.append(f'| {r.name} | {r.task} | {int(r.frame["round"].max())} | '
-                 f'{r.budget} | {"yes" if r.ended else "no"} | '
+                 f'{r.budget} | {ended} | '
                  f'{"-" if math.isnan(best) else f"{best:.4f}"} |')
+  reasons = [f'- {r.name}: {r.closed}' for r in runs if r.closed]
+  if reasons:
+    lines += ['', 'Closed short of their planned budget (their budget is '
+              'the rounds they have; `tff_hpo.close_run`):', '', *reasons]
   return '\n'.join(lines)
 
 
