@@ -8,9 +8,10 @@ Each (flagfile, seed) is one run of `run_experiment.py` in
 `<output_root>/<experiment_name>_s<seed>` (the name the flagfile sets, else
 its file name), with its output in `<output_root>/logs/`. Seeds go in the
 outer loop, so every configuration has seed 0 before any has seed 1. A run
-whose `status.json` says it ended (its budget, or the early stop) is skipped;
-any other is started, and the runner resumes it from its last checkpoint, so
-a sweep can be stopped and started again across days. Runs are locked per
+whose `status.json` says it ended (its budget, the early stop, or
+`tff_hpo.close_run`) is skipped; any other is started, and the runner
+resumes it from its last checkpoint, so a sweep can be stopped and started
+again across days. Runs are locked per
 directory (`tff_hpo.run_lock`): a run that another process is training is
 reported as busy and left alone, so two sweeps over one root do not collide.
 Exit code 0 when every run has ended, 1 if any failed, 130 when stopped by
