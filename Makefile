@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 # on a CPU machine) out of the output. Training and tests keep TF's errors.
 QUIET := TF_CPP_MIN_LOG_LEVEL=3
 
-.PHONY: setup data run test test-fast benchmark peers-env benchmark-peers clean
+.PHONY: setup data run test test-fast benchmark peers-env benchmark-peers fedjax-env clean
 
 # Set-up also registers this venv's Python as the notebooks' Jupyter kernel,
 # "tff_hpo (.venv)".
@@ -63,5 +63,16 @@ $(PEERS_VENV)/.installed: benchmarks/peers/requirements.txt
 benchmark-peers: data peers-env
 	$(PY) benchmarks/peers.py
 
+# FedJAX 0.0.17 in an environment of its own, for the cross-check against
+# FedJAX's FedAvg and the FATHOM authors' code (benchmarks/fedjax_crosscheck);
+# outside `setup`, CI and the tests (about 700 MB).
+FEDJAX_VENV := .venv-fedjax
+fedjax-env: $(FEDJAX_VENV)/.installed
+
+$(FEDJAX_VENV)/.installed: benchmarks/fedjax_crosscheck/requirements.txt
+	test -x $(FEDJAX_VENV)/bin/python || $(PYTHON) -m venv $(FEDJAX_VENV)
+	$(FEDJAX_VENV)/bin/python -m pip install -q --disable-pip-version-check -r $<
+	touch $@
+
 clean:
-	rm -rf $(VENV) $(PEERS_VENV) .cache
+	rm -rf $(VENV) $(PEERS_VENV) $(FEDJAX_VENV) .cache

@@ -84,6 +84,17 @@ _INVERT = flags.DEFINE_bool(
     'emnist_invert_pixels', False,
     'EMNIST: feed 1 - pixels (background 0), as the FATHOM authors\' FedJAX '
     'pipeline; default: TFF\'s task as it is (background 1.0).')
+_MODEL_INIT = flags.DEFINE_enum(
+    'emnist_model_init', config_lib.ExperimentConfig.emnist_model_init,
+    list(config_lib.MODEL_INITS),
+    'EMNIST: the CNN\'s initial kernels: keras (TFF\'s task: Glorot uniform) '
+    'or fedjax (Haiku\'s default, as FedJAX\'s EMNIST model).')
+_BATCHING = flags.DEFINE_enum(
+    'client_batching', config_lib.ExperimentConfig.client_batching,
+    list(config_lib.CLIENT_BATCHINGS),
+    'tff: shuffle, E passes, a partial last batch (TFF\'s tasks); fedjax: '
+    'ceil(E n / B) full batches from a reshuffled stream (FedJAX\'s '
+    'shuffle_repeat_batch).')
 _STOP_ACCURACY = flags.DEFINE_float(
     'early_stop_accuracy', None,
     'Stop once eval accuracy reaches this and --early_stop_evals further '
@@ -148,6 +159,7 @@ def config_from_flags() -> config_lib.ExperimentConfig:
       eval_clients=_EVAL_CLIENTS.value, cache_dir=_CACHE_DIR.value,
       offline_data_dir=_OFFLINE.value,
       emnist_invert_pixels=_INVERT.value,
+      emnist_model_init=_MODEL_INIT.value, client_batching=_BATCHING.value,
       early_stop_accuracy=_STOP_ACCURACY.value,
       early_stop_evals=_STOP_EVALS.value,
       worker_binary=_WORKER.value, workers=_WORKERS.value,

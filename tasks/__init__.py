@@ -15,6 +15,7 @@ from types import ModuleType
 from typing import Callable, Optional
 
 from tasks import client_examples
+from tasks import initializers
 from tasks import emnist
 from tasks import shakespeare
 from tasks import stackoverflow
@@ -89,7 +90,8 @@ def resolve_config(config):
 def load(name: str, *, batch_size: int, epochs: int,
          max_examples: Optional[int], cache_dir: str, offline_data_dir: str,
          seed: Optional[int], per_example: bool = False,
-         invert_pixels: bool = False) -> LoadedTask:
+         invert_pixels: bool = False, model_init: str = 'keras',
+         batching: str = 'tff') -> LoadedTask:
   """Converts offline data if given, then builds the task with TFF's code.
 
   With `per_example`, TFF's train preprocessing runs with batches of one and
@@ -99,7 +101,11 @@ def load(name: str, *, batch_size: int, epochs: int,
   epoch), in an order `seed` fixes, as it does the test examples' order
   (`tasks/client_examples.py`).
   `invert_pixels` (EMNIST only) feeds 1 - pixels, as the FATHOM authors'
-  FedJAX pipeline does.
+  FedJAX pipeline does; `model_init='fedjax'` (EMNIST only) draws the CNN's
+  kernels as FedJAX's Haiku model (`tasks/initializers.py`).
+  `batching='fedjax'` batches the train data as FedJAX's
+  `shuffle_repeat_batch` (`client_examples.shuffle_repeat_batches`; for
+  pre-batched data, those clients that batch their own take the setting).
   """
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
   from tasks.offline import prepare  # pylint: disable=g-import-not-at-top
@@ -114,7 +120,7 @@ def load(name: str, *, batch_size: int, epochs: int,
   # No `max_elements`: TFF takes them after shuffling and repeating, so
   # the FedAvg family got a random N for all its epochs; the cap is
   # `first_examples_then`'s, below.
-  if per_example:
+  if per_example or batching == 'fedjax':
     train_spec = tff.simulation.baselines.ClientSpec(
         num_epochs=1, batch_size=1, shuffle_buffer_size=1)
   else:
@@ -128,13 +134,21 @@ def load(name: str, *, batch_size: int, epochs: int,
                            seed, **extra)
   graph_seed = None if module.TFF_SEEDS_SHUFFLE else seed
   data = baseline.datasets
+  train_fn = data.train_preprocess_fn
+  if batching == 'fedjax' and not per_example:
+    regroup = client_examples.shuffle_repeat_batches(batch_size, epochs, seed)
+    train_fn = lambda ds, fn=data.train_preprocess_fn: regroup(fn(ds).unbatch())
   baseline = client_examples.with_preprocessing(
       baseline,
-      client_examples.first_examples_then(data.train_preprocess_fn,
-                                          max_examples, graph_seed),
+      client_examples.first_examples_then(train_fn, max_examples, graph_seed),
       client_examples.first_examples_then(data.eval_preprocess_fn, None,
                                           graph_seed))
   if invert_pixels:
     label += '; pixels inverted (1 - x, background 0) as in FedJAX'
-  return LoadedTask(baseline, module.ACCURACY_METRIC, label,
-                    seeded_model_fn(baseline.model_fn, seed))
+  model_fn = seeded_model_fn(baseline.model_fn, seed)
+  if model_init == 'fedjax':
+    model_fn = initializers.fedjax_kernels(model_fn, seed)
+    label += '; initial kernels as FedJAX\'s Haiku model'
+  if batching == 'fedjax':
+    label += '; FedJAX\'s full shuffle-repeat batches'
+  return LoadedTask(baseline, module.ACCURACY_METRIC, label, model_fn)

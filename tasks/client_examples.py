@@ -57,3 +57,20 @@ def with_preprocessing(task: Any, train_fn: PreprocessFn,
           validation_data=data.validation_data, train_preprocess_fn=train_fn,
           eval_preprocess_fn=eval_fn),
       task.model_fn)
+
+
+def shuffle_repeat_batches(batch_size: int, epochs: int,
+                           seed: Optional[int]) -> PreprocessFn:
+  """FedJAX's `ClientDataset.shuffle_repeat_batch` with `num_epochs` E, on a
+  dataset of single examples: ceil(E n / B) batches, all full, cut from one
+  stream of passes each reshuffled, so the last batch of a pass is topped
+  up from the next one (TFF's tasks end every pass with a partial batch)."""
+
+  def batches(examples: tf.data.Dataset) -> tf.data.Dataset:
+    count = examples.reduce(tf.constant(0, tf.int64), lambda n, _: n + 1)
+    steps = (count * epochs + batch_size - 1) // batch_size
+    return (examples.shuffle(tf.maximum(count, 1), seed=seed,
+                             reshuffle_each_iteration=True)
+            .repeat().batch(batch_size).take(steps))
+
+  return batches

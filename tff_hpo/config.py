@@ -16,6 +16,8 @@ from tff_hpo import cpu_kernels
 from tff_hpo import runtime  # Standard library only at import.
 
 SERVER_OPTIMIZERS = ('sgd', 'sgdm', 'adam', 'yogi', 'adagrad')
+MODEL_INITS = ('keras', 'fedjax')
+CLIENT_BATCHINGS = ('tff', 'fedjax')
 
 
 class ConfigError(ValueError):
@@ -52,6 +54,13 @@ class ExperimentConfig:
   # EMNIST: feed 1 - pixels (background 0), as the FATHOM authors' FedJAX
   # pipeline; TFF's task keeps background 1.0.
   emnist_invert_pixels: bool = False
+  # EMNIST: the CNN's initial kernels, Keras' (TFF's task) or drawn as
+  # FedJAX's Haiku model draws them (`tasks/initializers.py`).
+  emnist_model_init: str = 'keras'
+  # How a client's examples become batches: TFF's (shuffle, E passes, a
+  # partial last batch) or FedJAX's shuffle-repeat (ceil(E n / B) full
+  # batches, the last topped up from a reshuffled next pass).
+  client_batching: str = 'tff'
   # Stop once eval accuracy has reached this and `early_stop_evals` further
   # evaluations are recorded (None: train to total_rounds).
   early_stop_accuracy: Optional[float] = None
@@ -172,6 +181,13 @@ def resolve(config: ExperimentConfig, task_names: tuple[str, ...],
            'a non-negative integer', config.seed)
   _require(not config.emnist_invert_pixels or config.task == 'emnist_cr',
            'emnist_invert_pixels', 'only with --task=emnist_cr', config.task)
+  _require(config.emnist_model_init in MODEL_INITS, 'emnist_model_init',
+           f'one of {MODEL_INITS}', config.emnist_model_init)
+  _require(config.emnist_model_init == 'keras' or config.task == 'emnist_cr',
+           'emnist_model_init', '"keras" unless --task=emnist_cr',
+           config.emnist_model_init)
+  _require(config.client_batching in CLIENT_BATCHINGS, 'client_batching',
+           f'one of {CLIENT_BATCHINGS}', config.client_batching)
   _require(config.early_stop_accuracy is None or
            0 < config.early_stop_accuracy <= 1, 'early_stop_accuracy',
            'an accuracy in (0, 1] (or unset)', config.early_stop_accuracy)
@@ -257,6 +273,13 @@ def _check_workers(config: ExperimentConfig, spec: Any) -> None:
            'return new states, which TFF\'s mergeable form (one aggregation '
            'split across workers) could only rebuild by training every client '
            'twice', getattr(config, several))
+
+
+def require_tff_batching(config: ExperimentConfig) -> None:
+  """For algorithms whose local loop batches as TFF's tasks only."""
+  _require(config.client_batching == 'tff', 'client_batching',
+           f'"tff" with --algorithm={config.algorithm} (its local loop has '
+           'no FedJAX batching)', config.client_batching)
 
 
 def require_server_sgd_at_one(config: ExperimentConfig, why: str) -> None:

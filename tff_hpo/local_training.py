@@ -25,6 +25,9 @@ class LocalSettings:
   adapts (a base of the algorithms' configs)."""
   shuffle: bool = True  # Reshuffle the client's examples every epoch.
   clip_norm: Optional[float] = None  # Clip each local gradient to this norm.
+  # Batches cut from one stream of reshuffled passes, all of B examples
+  # (FedJAX's shuffle_repeat_batch), not a partial batch ending each pass.
+  full_batches: bool = False
 
 
 ClientOutput = collections.namedtuple(
@@ -55,7 +58,8 @@ def train_locally(model: tff.learning.models.VariableModel,
                   gradient_correction: Any = None,
                   clip_norm: Optional[float] = None,
                   step_rounding: str = 'floor',
-                  track_phi: bool = False) -> ClientOutput:
+                  track_phi: bool = False,
+                  full_batches: bool = False) -> ClientOutput:
   """Runs K_i SGD steps from `initial_weights` on the unbatched `dataset`.
 
   phi_i = min over steps k of cos(sum_{j<=k} g_j, g_k): eq. (12)'s normalized
@@ -74,18 +78,21 @@ def train_locally(model: tff.learning.models.VariableModel,
   `step_rounding` rounds nu_i E / B down (the paper) or up (the authors' code).
   phi_i costs a model-sized sum and three norms per step: only with
   `track_phi` (FATHOM); otherwise it is returned as 1.
+  `full_batches` cuts the K_i batches from one stream of passes, each
+  reshuffled, so every batch holds B examples (FedJAX's
+  `shuffle_repeat_batch`); otherwise each pass ends with a partial batch.
   Everything runs in one `tf.function`, whose automatic control dependencies
   order the variable updates before the reads (TFF traces in graph mode).
   """
   return tf.function(_train)(model, initial_weights, dataset, learning_rate,
                              epochs, batch, shuffle, schedule,
                              gradient_correction, clip_norm, step_rounding,
-                             track_phi)
+                             track_phi, full_batches)
 
 
 def _train(model, initial_weights, dataset, learning_rate, epochs, batch,
            shuffle, schedule, gradient_correction, clip_norm,
-           step_rounding, track_phi) -> ClientOutput:
+           step_rounding, track_phi, full_batches) -> ClientOutput:
   weights = tff.learning.models.ModelWeights.from_model(model)
   for v, t in zip(tf.nest.flatten(weights), tf.nest.flatten(initial_weights)):
     v.assign(t)
@@ -100,7 +107,10 @@ def _train(model, initial_weights, dataset, learning_rate, epochs, batch,
   if shuffle:
     data = data.shuffle(tf.maximum(num_examples, 1),
                         reshuffle_each_iteration=True)
-  data = data.batch(batch_size).repeat().take(steps)
+  if full_batches:
+    data = data.repeat().batch(batch_size).take(steps)
+  else:
+    data = data.batch(batch_size).repeat().take(steps)
 
   def step(carry, batch_data):
     grad_sum, phi, processed, lr, lr_sum, previous_grads, k = carry

@@ -32,8 +32,13 @@ def load_run(run_dir: str) -> pd.DataFrame:
 
 
 def run_label(run_dir: str) -> str:
+  """The algorithm; for a cross-check run (benchmarks/fedjax_crosscheck),
+  with the implementation that ran it."""
   with open(os.path.join(run_dir, 'config.json')) as f:
-    return json.load(f)['algorithm']
+    config = json.load(f)
+  if config.get('implementation'):
+    return f'{config["algorithm"]} [{config["implementation"]}]'
+  return config['algorithm']
 
 
 def run_labels(run_dirs: Sequence[str]) -> dict[str, str]:

@@ -59,7 +59,8 @@ def build(config: config_lib.ExperimentConfig) -> Wiring:
       max_examples=config.max_examples_per_client,
       cache_dir=config.cache_dir, offline_data_dir=config.offline_data_dir,
       seed=config.seed, per_example=spec.per_example_data,
-      invert_pixels=config.emnist_invert_pixels)
+      invert_pixels=config.emnist_invert_pixels,
+      model_init=config.emnist_model_init, batching=config.client_batching)
   data = task.baseline.datasets
   train = train_data(task, spec.per_example_data)
   if config.clients_per_round > len(train.client_ids):

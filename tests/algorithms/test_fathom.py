@@ -29,13 +29,13 @@ CFG = dict(eta=0.05, epochs=1.0, batch=3.0, gamma_eta=0.5, gamma_epochs=0.8,
            gamma_batch=3.0)
 
 
-def _process(step_rounding='floor', **overrides):
+def _process(step_rounding='floor', full_batches=False, **overrides):
   c = dict(CFG, **overrides)
   return fathom.build_fathom(linear_model.model_fn, fathom.FathomConfig(
       initial_learning_rate=c['eta'], initial_epochs=c['epochs'],
       initial_batch_size=c['batch'], gamma_learning_rate=c['gamma_eta'],
       gamma_epochs=c['gamma_epochs'], gamma_batch_size=c['gamma_batch'],
-      step_rounding=step_rounding, shuffle=False))
+      step_rounding=step_rounding, shuffle=False, full_batches=full_batches))
 
 
 def _flat(weights):
@@ -135,8 +135,13 @@ def test_hparams_are_broadcast_from_server_state():
   assert 'hparams' in dir(state_type.member.finalizer)
   assert dir(state_type.member.client_work) == [
       'client_batch_size', 'client_epochs', 'client_learning_rate']
-  body = str(process.next.to_building_block())
-  assert 'federated_broadcast' in body
+  # The client work receives the model at CLIENTS from the distributor, so
+  # a broadcast inside it can only be its server-placed hparams.
+  work = fathom.client_work(linear_model.model_fn, fathom.FathomConfig(
+      initial_learning_rate=0.1, initial_epochs=1.0, initial_batch_size=2.0),
+      server_steps.ServerStep())
+  assert work.next.type_signature.parameter[1].placement is tff.CLIENTS
+  assert 'federated_broadcast' in str(work.next.to_building_block())
 
 
 def test_set_hparams_reaches_the_clients_and_the_server_step():
@@ -174,6 +179,16 @@ def test_ceil_rounding_takes_the_partial_batch():
   out = process.next(process.initialize(), _datasets(data))
   assert out.metrics['cost']['local_steps'] == 3 + 7  # ceil(10/4) + ceil(25/4)
   assert out.metrics['cost']['examples_processed'] == 10 + 25
+
+
+def test_full_batches_top_up_the_last_batch():
+  # FedJAX's shuffle-repeat batching (the authors' pipeline): K_i batches,
+  # all of B examples, the last one topped up from a second pass.
+  data = _data(sizes=(10, 25))
+  process = _process('ceil', full_batches=True, batch=4.0)
+  out = process.next(process.initialize(), _datasets(data))
+  assert out.metrics['cost']['local_steps'] == 3 + 7
+  assert out.metrics['cost']['examples_processed'] == 4 * (3 + 7)
 
 
 def test_non_finite_update_is_skipped_and_counted():

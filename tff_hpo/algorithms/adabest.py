@@ -176,5 +176,5 @@ SPEC = spec.AlgorithmSpec(
     build=_build, per_example_data=True, clients_keep_state=True,
     options=(AdaBestOptions,),
     # Its server step is its own (theta = theta_bar - h).
-    validate=lambda c: config_lib.require_server_sgd_at_one(
-        c, '--algorithm=adabest'))
+    validate=lambda c: (config_lib.require_server_sgd_at_one(
+        c, '--algorithm=adabest'), config_lib.require_tff_batching(c)))

@@ -176,7 +176,7 @@ def client_work(model_fn: Callable[[], Any], config: FathomConfig,
         model, weights, dataset, hp['client_learning_rate'],
         hp['client_epochs'], hp['client_batch_size'], cfg.shuffle,
         clip_norm=cfg.clip_norm, step_rounding=cfg.step_rounding,
-        track_phi=True)
+        track_phi=True, full_batches=cfg.full_batches)
     update = collections.OrderedDict(delta=out.delta, phi=out.phi)
     if server_step.needs_client_squared_norms:
       update['squared_norm'] = tf.square(tree_math.norm(out.delta))
@@ -283,7 +283,8 @@ def build_from_config(config: config_lib.ExperimentConfig,
       initial_learning_rate=config.client_learning_rate,
       initial_epochs=float(config.client_epochs),
       initial_batch_size=float(config.client_batch_size),
-      clip_norm=config.client_gradient_clip_norm),
+      clip_norm=config.client_gradient_clip_norm,
+      full_batches=config.client_batching == 'fedjax'),
       optimizers.from_config(config), step)
 
 

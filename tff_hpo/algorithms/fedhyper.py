@@ -145,7 +145,7 @@ def client_work(model_fn: Callable[[], Any], config: FedHyperConfig
         model, weights, dataset, received['client_learning_rate'],
         tf.constant(cfg.client_epochs, np.float32),
         tf.constant(cfg.client_batch_size, np.float32), cfg.shuffle, schedule,
-        clip_norm=cfg.clip_norm)
+        clip_norm=cfg.clip_norm, full_batches=cfg.full_batches)
     return parts.ClientStep(
         out, collections.OrderedDict(delta=out.delta),
         weight=tf.where(out.non_finite > 0, 0.0,
@@ -267,7 +267,8 @@ def _builder(name: str) -> spec.Builder:
         initial_client_learning_rate=config.client_learning_rate,
         client_epochs=float(config.client_epochs),
         client_batch_size=float(config.client_batch_size),
-        clip_norm=config.client_gradient_clip_norm),
+        clip_norm=config.client_gradient_clip_norm,
+        full_batches=config.client_batching == 'fedjax'),
         optimizers.from_config(config))
   return build
 

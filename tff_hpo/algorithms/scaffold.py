@@ -174,13 +174,14 @@ SPECS = (
     spec.AlgorithmSpec(
         name='scaffold', help='SCAFFOLD (option II): control variates '
         'correct client drift.', build=_builder(False),
-        per_example_data=True, clients_keep_state=True),
+        per_example_data=True, clients_keep_state=True,
+        validate=config_lib.require_tff_batching),
     spec.AlgorithmSpec(
         name='scaffold_exp', help='SCAFFOLD-ExP: SCAFFOLD with FedExP\'s '
         'extrapolated server step.', build=_builder(True),
         per_example_data=True, clients_keep_state=True,
         eval_average_of_last_two=lambda c: True,
         options=(fedexp.FedExPOptions,),
-        validate=lambda c: config_lib.require_server_sgd_at_one(
-            c, 'FedExP\'s server step')),
+        validate=lambda c: (config_lib.require_server_sgd_at_one(
+            c, 'FedExP\'s server step'), config_lib.require_tff_batching(c))),
 )

@@ -1,0 +1,166 @@
+"""The authors' pipeline's FedJAX options: initial kernels as Haiku draws
+them (`tasks/initializers.py`) and FedJAX's shuffle-repeat batches
+(`tasks/client_examples.py`, `local_training`'s `full_batches`).
+
+Checked against written constants of the distributions and batch counts,
+and, where the FedJAX environment exists (`make fedjax-env`), against
+Haiku's own initialiser and FedJAX's own `shuffle_repeat_batch`; those
+cases are skipped elsewhere (CI has no jax), saying why.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tasks import client_examples
+from tasks import initializers
+from tff_hpo import model_init
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.realpath(__file__))))
+FEDJAX_PYTHON = os.path.join(ROOT, '.venv-fedjax', 'bin', 'python')
+needs_fedjax = pytest.mark.skipif(
+    not os.access(FEDJAX_PYTHON, os.X_OK),
+    reason='no FedJAX environment (make fedjax-env) to compare with')
+
+# (shape, fan_in) of the EMNIST CNN's kernels.
+KERNELS = (((3, 3, 1, 32), 9), ((3, 3, 32, 64), 288), ((9216, 128), 9216),
+           ((128, 62), 128))
+
+
+def _kernel(shape, seed=0) -> np.ndarray:
+  return initializers.haiku_default(seed)(shape).numpy()
+
+
+@pytest.mark.parametrize('shape,fan_in', KERNELS)
+def test_haiku_default_is_a_truncated_normal_of_stddev_one_over_root_fan_in(
+    shape, fan_in):
+  w = _kernel(shape)
+  stddev = 1 / math.sqrt(fan_in)
+  # Truncated at +-2 stddev, not rescaled: its std is 0.8796 stddev.
+  assert np.abs(w).max() <= 2 * stddev + 1e-7
+  assert np.abs(w).max() > 1.8 * stddev
+  assert w.std() == pytest.approx(0.87962566 * stddev, rel=0.15)
+  # Far from Glorot uniform's std for the first convolution (0.082).
+  if fan_in == 9:
+    assert w.std() > 0.25
+
+
+def test_first_kernel_std_is_large_on_enough_draws():
+  draws = np.concatenate([_kernel((3, 3, 1, 32), s).ravel() for s in range(50)])
+  assert draws.std() == pytest.approx(0.87962566 / 3, rel=0.02)
+
+
+def _model():
+  return tf.keras.Sequential([
+      tf.keras.layers.Conv2D(4, 3, input_shape=(6, 6, 1)),
+      tf.keras.layers.Flatten(), tf.keras.layers.Dense(3)])
+
+
+def test_kernels_are_replaced_and_biases_kept():
+  model = initializers.fedjax_kernels(_model, seed=1)()
+  conv, _, dense = model.layers
+  np.testing.assert_array_equal(conv.bias.numpy(), 0)
+  assert np.abs(conv.kernel.numpy()).max() <= 2 / 3 + 1e-7
+  assert conv.kernel.numpy().std() > 0.2  # Glorot's would be ~0.27 / 1.7.
+  fan_in = dense.kernel.shape[0]
+  assert np.abs(dense.kernel.numpy()).max() <= 2 / math.sqrt(fan_in) + 1e-7
+  again = initializers.fedjax_kernels(_model, seed=1)()
+  other = initializers.fedjax_kernels(_model, seed=2)()
+  np.testing.assert_array_equal(conv.kernel.numpy(),
+                                again.layers[0].kernel.numpy())
+  assert not np.array_equal(conv.kernel.numpy(),
+                            other.layers[0].kernel.numpy())
+
+
+def test_graphs_that_skip_random_init_still_skip_the_new_kernels():
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+
+  def model_fn():
+    keras = _model()
+    return tff.learning.models.from_keras_model(
+        keras, loss=tf.keras.losses.SparseCategoricalCrossentropy(),
+        input_spec=(tf.TensorSpec([None, 6, 6, 1]), tf.TensorSpec([None])))
+
+  model = model_init.skip_random_init(
+      initializers.fedjax_kernels(model_fn, seed=0))()
+  for v in model.trainable_variables:
+    np.testing.assert_array_equal(v.numpy(), 0)
+
+
+def _batch_sizes(n: int, batch: int, epochs: int) -> list[list[int]]:
+  examples = tf.data.Dataset.range(n)
+  fn = client_examples.shuffle_repeat_batches(batch, epochs, seed=3)
+  return [b.numpy().tolist() for b in fn(examples)]
+
+
+@pytest.mark.parametrize('n,batch,epochs', [(7, 3, 1), (40, 20, 1), (5, 20, 1),
+                                            (7, 3, 2), (1, 4, 3)])
+def test_shuffle_repeat_batches_are_full_and_ceil_many(n, batch, epochs):
+  batches = _batch_sizes(n, batch, epochs)
+  assert len(batches) == math.ceil(n * epochs / batch)
+  assert all(len(b) == batch for b in batches)
+  stream = [x for b in batches for x in b]
+  # Each pass is a permutation of the client's examples.
+  for start in range(0, len(stream) - n + 1, n):
+    assert sorted(stream[start:start + n]) == list(range(n))
+
+
+def _fedjax_batch_sizes(cases) -> list[list[int]]:
+  script = (
+      'import json, sys, numpy as np, fedjax\n'
+      'out = []\n'
+      'for n, b, e in json.loads(sys.argv[1]):\n'
+      '  ds = fedjax.ClientDataset({"x": np.arange(n)})\n'
+      '  view = ds.shuffle_repeat_batch(batch_size=b, num_epochs=e, seed=0)\n'
+      '  out.append([len(x["x"]) for x in view])\n'
+      'print(json.dumps(out))\n')
+  done = subprocess.run([FEDJAX_PYTHON, '-c', script, json.dumps(cases)],
+                        capture_output=True, text=True, check=True,
+                        env={**os.environ, 'JAX_PLATFORMS': 'cpu'})
+  return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@needs_fedjax
+def test_batch_sizes_match_fedjax_shuffle_repeat_batch():
+  cases = [[7, 3, 1], [40, 20, 1], [5, 20, 1], [7, 3, 2], [151, 20, 1]]
+  ours = [[len(b) for b in _batch_sizes(*c)] for c in cases]
+  assert ours == _fedjax_batch_sizes(cases)
+
+
+@needs_fedjax
+def test_kernels_match_haiku_default_initializer():
+  script = (
+      'import json, jax, haiku as hk, numpy as np\n'
+      'out = []\n'
+      'for shape, fan_in in json.loads(__import__("sys").argv[1]):\n'
+      '  f = hk.transform(lambda: hk.get_parameter("w", shape, init='
+      'hk.initializers.TruncatedNormal(1 / np.sqrt(fan_in))))\n'
+      '  w = np.concatenate([np.ravel(f.init(jax.random.PRNGKey(s))["~"]["w"])'
+      ' for s in range(20)])\n'
+      '  out.append([float(w.std()), float(np.abs(w).max())])\n'
+      'print(json.dumps(out))\n')
+  # Haiku's Conv2D and Linear use exactly this initialiser by default; the
+  # fedjax package's conv model builds its layers with those defaults.
+  cases = [[list(s), f] for s, f in KERNELS[:2] + KERNELS[3:]]
+  done = subprocess.run([FEDJAX_PYTHON, '-c', script, json.dumps(cases)],
+                        capture_output=True, text=True, check=True,
+                        env={**os.environ, 'JAX_PLATFORMS': 'cpu'})
+  haiku = json.loads(done.stdout.strip().splitlines()[-1])
+  for (shape, fan_in), (std, top) in zip(cases, haiku):
+    ours = np.concatenate([_kernel(tuple(shape), s).ravel()
+                           for s in range(20)])
+    assert ours.std() == pytest.approx(std, rel=0.03), shape
+    assert np.abs(ours).max() == pytest.approx(top, rel=0.03), shape
+
+
+if __name__ == '__main__':  # Lets Bazel's py_test run the file.
+  sys.exit(pytest.main([__file__, '-q']))

@@ -1,0 +1,112 @@
+"""The FedJAX cross-check's harness (benchmarks/fedjax_crosscheck) in the
+project's environment: its data on a few writers, its run directories'
+columns, its costs, and the report reading one beside a TFF run. The FedJAX
+runs themselves need `make fedjax-env` and are not part of `make test`."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import sys
+
+import numpy as np
+import pytest
+
+from benchmarks.fedjax_crosscheck import femnist
+from benchmarks.fedjax_crosscheck import run
+from benchmarks.fedjax_crosscheck import run_files
+from tests.conftest import ROOT
+from tests.conftest import SHARED_DATA
+from tff_hpo import report
+
+NPZ = os.path.join(SHARED_DATA, femnist.NPZ)
+TFF_RUN = os.path.join(ROOT, 'results', 'table1',
+                       'authors_emnist_baseline_fedavg_s0')
+
+
+def test_few_writers_load_with_the_npz_split():
+  train, test = femnist.load(NPZ, max_clients=3)
+  with np.load(NPZ) as npz:
+    ids = [str(i) for i in npz['client_ids'][:3]]
+    for index, client_id in enumerate(ids):
+      mine = npz['client'] == index
+      assert len(train[client_id]['label']) == (mine & ~npz['is_test']).sum()
+      assert len(test[client_id]['label']) == (mine & npz['is_test']).sum()
+      first = np.flatnonzero(mine & ~npz['is_test'])[0]
+      np.testing.assert_allclose(train[client_id]['pixels'][0],
+                                 npz['pixels'][first] / 255.0, rtol=1e-6)
+  assert sorted(train) == sorted(ids)
+  for c in train.values():
+    assert c['pixels'].dtype == np.float32 and c['pixels'].shape[1:] == (28, 28)
+    assert c['label'].dtype == np.int32
+    # TFF's convention, background white: FedJAX's preprocessing inverts.
+    assert c['pixels'].max() <= 1.0 and np.median(c['pixels']) > 0.9
+
+
+def test_missing_npz_names_the_file(tmp_path):
+  with pytest.raises(FileNotFoundError, match='femnist_leaf_subset.npz'):
+    femnist.load(str(tmp_path / 'femnist_leaf_subset.npz'))
+
+
+def test_columns_are_the_projects_names():
+  with open(os.path.join(TFF_RUN, 'metrics.csv')) as f:
+    ours = next(csv.reader(f))
+  hparams = {c for c, _ in report.HPARAMS}
+  assert set(run_files.COLUMNS) <= set(ours) | hparams
+  with pytest.raises(ValueError):
+    run_files.metrics_csv([{'round': 1, 'eval/acuracy': 0.5}])
+
+
+@pytest.mark.parametrize('sizes,epochs,batch,want', [
+    ((150, 7), 1.0, 20.0, (160 + 20, 8 + 1)),
+    ((10,), 2.5, 4.0, (28, 7)),
+    ((3,), 0.01, 20.0, (20, 1)),  # At least one step.
+])
+def test_round_costs_count_full_batches(sizes, epochs, batch, want):
+  assert run.round_costs(sizes, epochs, batch) == want
+
+
+def _fedjax_run(root, **config) -> str:
+  run_dir = os.path.join(root, 'fedjax_fedavg_s0')
+  os.makedirs(run_dir)
+  run_files.write_json(os.path.join(run_dir, run_files.CONFIG_JSON), dict(
+      algorithm='fedavg', implementation='fedjax.algorithms.fed_avg', seed=0,
+      **config))
+  rows = [{'round': r, 'cost/examples': 100, 'cost/examples_cumulative': 100 * r,
+           'cost/local_steps': 5, 'cost/local_steps_cumulative': 5 * r,
+           'hparams/client_learning_rate': 0.1, 'hparams/client_epochs': 1.0,
+           'hparams/client_batch_size': 20.0, 'time/round_seconds': 1.0,
+           'eval/accuracy': 0.5 + 0.1 * r if r % 2 == 0 else None}
+          for r in range(1, 5)]
+  run_files.write_atomically(os.path.join(run_dir, run_files.METRICS_CSV),
+                             run_files.metrics_csv(rows))
+  return run_dir
+
+
+def test_report_reads_a_fedjax_run_beside_a_tff_run(tmp_path):
+  fedjax_dir = _fedjax_run(str(tmp_path))
+  table = report.summary([fedjax_dir, TFF_RUN], target=0.65)
+  assert table['rounds_to_0.65'].tolist()[0] == 2
+  assert table['examples_to_0.65'].tolist()[0] == 200
+  labels = report.run_labels([fedjax_dir, TFF_RUN])
+  assert labels[fedjax_dir] == 'fedavg [fedjax.algorithms.fed_avg]'
+  assert labels[TFF_RUN] == 'fedavg'
+  out = str(tmp_path / 'both.png')
+  report.plot([fedjax_dir, TFF_RUN], out)
+  assert os.path.getsize(out) > 0
+
+
+def test_resume_keeps_rows_up_to_the_saved_round_and_refuses_other_settings(
+    tmp_path):
+  run_dir = _fedjax_run(str(tmp_path), clients_per_round=10)
+  assert [r['round'] for r in run_files.read_metrics(run_dir, 2)] == [1, 2]
+  with open(os.path.join(run_dir, 'config.json')) as f:
+    config = json.load(f)
+  run_files.check_config(run_dir, dict(config, total_rounds=600))
+  with pytest.raises(ValueError, match='clients_per_round=10 there'):
+    run_files.check_config(run_dir, dict(config, clients_per_round=20))
+
+
+if __name__ == '__main__':  # Lets Bazel's py_test run the file.
+  sys.exit(pytest.main([__file__, '-q']))
