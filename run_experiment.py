@@ -11,9 +11,17 @@ resumes from the latest checkpoint.
 from __future__ import annotations
 
 import os
+import signal
 import sys
+from typing import Any, Optional
 
-os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')  # C++ start-up chatter.
+# TensorFlow's C++ log: its start-up lines ("Unable to register cuDNN
+# factory ...") and grappler's "Failed to detect the fetch node(s)" under
+# several workers are E-level noise on a CPU machine; its real errors reach
+# Python as exceptions. Likewise gRPC's fork warnings. Set either variable to
+# see them.
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
+os.environ.setdefault('GRPC_VERBOSITY', 'ERROR')
 
 from tff_hpo import malloc_limits  # pylint: disable=g-import-not-at-top
 malloc_limits.limit_this_process()  # Before TensorFlow starts its threads.
@@ -95,6 +103,11 @@ _BATCHING = flags.DEFINE_enum(
     'tff: shuffle, E passes, a partial last batch (TFF\'s tasks); fedjax: '
     'ceil(E n / B) full batches from a reshuffled stream (FedJAX\'s '
     'shuffle_repeat_batch).')
+_RESTART = flags.DEFINE_bool(
+    'restart_if_unreadable', False,
+    'Train again from round 0 a run whose checkpoints are all unreadable '
+    '(they are moved aside), rewriting its metrics; without it such a run '
+    'is refused.')
 _STOP_ACCURACY = flags.DEFINE_float(
     'early_stop_accuracy', None,
     'Stop once eval accuracy reaches this and --early_stop_evals further '
@@ -162,6 +175,7 @@ def config_from_flags() -> config_lib.ExperimentConfig:
       emnist_model_init=_MODEL_INIT.value, client_batching=_BATCHING.value,
       early_stop_accuracy=_STOP_ACCURACY.value,
       early_stop_evals=_STOP_EVALS.value,
+      restart_if_unreadable=_RESTART.value,
       worker_binary=_WORKER.value, workers=_WORKERS.value,
       worker_addresses=_WORKER_ADDRESSES.value,
       cpu_kernels=_CPU_KERNELS.value,
@@ -180,6 +194,13 @@ def _where_outputs_are(run_dir: str) -> str:
   ])
 
 
+def _stopped(stop: Any, cfg: Optional[config_lib.ExperimentConfig]) -> int:
+  where = (f'; rerun the same command to resume {cfg.run_dir}'
+           if cfg is not None else '')
+  print(f'{stop}{where}', file=sys.stderr)
+  return stop.exit_code
+
+
 def main(argv: list[str]) -> int:
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
@@ -187,7 +208,10 @@ def main(argv: list[str]) -> int:
   from tasks.offline import sqlite_cache  # pylint: disable=g-import-not-at-top
   from tff_hpo import run_lock  # pylint: disable=g-import-not-at-top
   from tff_hpo import runtime  # pylint: disable=g-import-not-at-top
+  from tff_hpo import stop_request  # pylint: disable=g-import-not-at-top
   from tff_hpo import worker_pool  # pylint: disable=g-import-not-at-top
+  stop_request.install()
+  cfg = None
   try:
     cfg = tasks.resolve_config(config_from_flags())
     with run_lock.hold(cfg.run_dir):  # Before building: a busy dir ends here.
@@ -202,17 +226,39 @@ def main(argv: list[str]) -> int:
   except (config_lib.ConfigError, sqlite_cache.SourceDataError) as e:
     print(f'error: {e}', file=sys.stderr)
     return 2
-  except worker_pool.WorkerLost as e:
-    print(f'error: {e}', file=sys.stderr)
-    return 1
-  except KeyboardInterrupt:
-    print(f'interrupted; rerun the same command to resume {cfg.run_dir}',
-          file=sys.stderr)
-    return 130
+  except worker_pool.WorkerUnreachable as e:
+    print(f'error: --worker_addresses: {e}', file=sys.stderr)
+    return 2
+  except Exception as e:  # pylint: disable=broad-except
+    signum = stop_request.requested()
+    if signum is None and isinstance(e, worker_pool.WorkerLost):
+      print(f'error: {e}', file=sys.stderr)
+      return 1
+    if signum is None:
+      raise
+    # The stop stopped the worker under whatever was running.
+    return _stopped(stop_request.Stopped(signum), cfg)
+  except KeyboardInterrupt:  # Before the handler was installed.
+    return _stopped(stop_request.Stopped(signal.SIGINT), cfg)
   finally:
     runtime.shutdown()
   return 0
 
 
+def parse_flags(argv: list[str]) -> list[str]:
+  """absl's parsing, with the project's contract for bad input: one line
+  `error: ...` and exit code 2 (absl prints its usage and exits 1)."""
+  try:
+    rest = flags.FLAGS(argv)
+  except flags.Error as e:
+    print(f'error: {e}', file=sys.stderr)
+    sys.exit(2)
+  if len(rest) > 1:
+    print(f'error: unexpected arguments {rest[1:]} (flags are --name=value)',
+          file=sys.stderr)
+    sys.exit(2)
+  return rest
+
+
 if __name__ == '__main__':
-  app.run(main)
+  app.run(main, flags_parser=parse_flags)

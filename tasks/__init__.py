@@ -84,7 +84,25 @@ def resolve_config(config):
         raise config_lib.ConfigError(
             f'--{flag}: expected a value; no tuned {config.algorithm} '
             f'setting is recorded for --task={config.task}')
-  return resolve(config, defaults(config.task, config.algorithm))
+  resolved = resolve(config, defaults(config.task, config.algorithm))
+  _check_data_dirs(resolved)
+  return resolved
+
+
+def _check_data_dirs(config) -> None:
+  """Before anything is created: the cache folder can be one, and the
+  offline folder holds the task's source files."""
+  from tff_hpo import config as config_lib  # pylint: disable=g-import-not-at-top
+  from tasks.offline import prepare  # pylint: disable=g-import-not-at-top
+  config_lib.check_writable_dir('cache_dir', config.cache_dir)
+  if config.offline_data_dir:
+    missing = [p for p in prepare.sources(TASKS[config.task].OFFLINE_DATASET)
+               if not os.path.isfile(os.path.join(config.offline_data_dir, p))]
+    if missing:
+      raise config_lib.ConfigError(
+          f'--offline_data_dir: expected {config.offline_data_dir} to hold '
+          f'{missing[0]} (the shared datasets folder, see its README), got '
+          'no such file')
 
 
 def load(name: str, *, batch_size: int, epochs: int,

@@ -268,6 +268,52 @@ def test_changed_settings_refuse_to_resume(tmp_path, cache_dir):
     experiment.Experiment(other, out=io.StringIO()).run()
 
 
+def _truncate_variables(run_dir: str, version: int) -> None:
+  folder = os.path.join(run_dir, 'checkpoints', f'program_state_{version}',
+                        'variables')
+  for name in os.listdir(folder):
+    if name.startswith('variables.data'):
+      with open(os.path.join(folder, name), 'r+b') as f:
+        f.truncate(10)
+
+
+def test_unreadable_checkpoints_and_lost_config_do_not_trap_or_mix_runs(
+    tmp_path, cache_dir):
+  cfg = _config(tmp_path, cache_dir, total_rounds=3, rounds_per_eval=100,
+                rounds_per_checkpoint=1, eval_clients=2, experiment_name='c')
+  experiment.Experiment(cfg, out=io.StringIO()).run()
+  # The newest checkpoint unreadable: moved aside, round 3 trained and saved
+  # again (it died at that save with ProgramStateExistsError, every time).
+  _truncate_variables(cfg.run_dir, 3)
+  log = io.StringIO()
+  longer = dataclasses.replace(cfg, total_rounds=4)
+  experiment.Experiment(longer, out=log).run()
+  checkpoints = os.path.join(cfg.run_dir, 'checkpoints')
+  assert 'moved aside' in log.getvalue()
+  assert 'resuming after round 2' in log.getvalue()
+  assert os.path.isdir(os.path.join(checkpoints, 'unreadable_program_state_3'))
+  assert [int(r['round']) for r in _rows(cfg)] == [1, 2, 3, 4]
+  # config.json lost: the checkpoints' own record refuses another seed, and
+  # nothing is written in its place.
+  config_path = os.path.join(cfg.run_dir, experiment.CONFIG_JSON)
+  os.remove(config_path)
+  with pytest.raises(config_lib.ConfigError, match="--seed=0 there"):
+    experiment.Experiment(dataclasses.replace(longer, seed=5),
+                          out=io.StringIO()).run()
+  assert not os.path.exists(config_path)
+  # Every checkpoint unreadable: refused rather than rewriting 4 rounds.
+  for version in (2, 3, 4):
+    _truncate_variables(cfg.run_dir, version)
+  with pytest.raises(config_lib.ConfigError, match='--restart_if_unreadable'):
+    experiment.Experiment(longer, out=io.StringIO()).run()
+  assert len(_rows(cfg)) == 4
+  log = io.StringIO()
+  experiment.Experiment(dataclasses.replace(
+      longer, restart_if_unreadable=True), out=log).run()
+  assert 'new run' in log.getvalue()
+  assert [int(r['round']) for r in _rows(cfg)] == [1, 2, 3, 4]
+
+
 def test_run_from_before_a_setting_existed_still_resumes(
     tmp_path, cache_dir, monkeypatch):
   cfg = _config(tmp_path, cache_dir, total_rounds=1, experiment_name='old',
@@ -280,6 +326,8 @@ def test_run_from_before_a_setting_existed_still_resumes(
   del saved['cpu_kernels']  # Those versions ran TensorFlow's own choice.
   with open(path, 'w') as f:
     json.dump(saved, f)
+  # Nor did those versions record settings beside their checkpoints.
+  os.remove(os.path.join(cfg.run_dir, 'checkpoints', 'settings.json'))
   defaults = registry.default_settings()
   monkeypatch.delenv(cpu_kernels.VARIABLE, raising=False)
   # On a CPU where TensorFlow picks Eigen's kernels, this process's oneDNN

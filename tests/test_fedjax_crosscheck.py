@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 
 from benchmarks.fedjax_crosscheck import femnist
-from benchmarks.fedjax_crosscheck import run
 from benchmarks.fedjax_crosscheck import run_files
 from tests.conftest import ROOT
 from tests.conftest import SHARED_DATA
@@ -64,7 +63,7 @@ def test_columns_are_the_projects_names():
     ((3,), 0.01, 20.0, (20, 1)),  # At least one step.
 ])
 def test_round_costs_count_full_batches(sizes, epochs, batch, want):
-  assert run.round_costs(sizes, epochs, batch) == want
+  assert run_files.round_costs(sizes, epochs, batch) == want
 
 
 def _fedjax_run(root, **config) -> str:

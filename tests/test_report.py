@@ -58,6 +58,32 @@ def test_cli_writes_png_and_summary(tmp_path):
   assert (tmp_path / 'fig_summary.csv').exists()
 
 
+def test_fedavg_learning_rate_is_drawn_and_no_empty_legend(tmp_path,
+                                                          recwarn):
+  # TFF's FedAvg builder reports the client rate under its client work.
+  run = tmp_path / 'fedavg'
+  run.mkdir()
+  pd.DataFrame({'round': [1, 2], 'eval/accuracy': [0.1, 0.2],
+                'cost/examples_cumulative': [10, 20],
+                'hparams/client_work/learning_rate': [0.1, 0.1]}).to_csv(
+                    run / 'metrics.csv', index=False)
+  (run / 'config.json').write_text(json.dumps({'algorithm': 'fedavg'}))
+  assert report.hparam_column(pd.read_csv(run / 'metrics.csv'),
+                              'hparams/client_learning_rate') == (
+                                  'hparams/client_work/learning_rate')
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  drawn = []
+  monkey = plt.Figure.savefig
+  try:
+    plt.Figure.savefig = lambda fig, *a, **k: drawn.append(
+        [len(ax.lines) for ax in fig.axes])
+    report.plot([str(run)], str(tmp_path / 'x.png'))
+  finally:
+    plt.Figure.savefig = monkey
+  assert drawn == [[1, 1, 0, 0]]  # Accuracy and eta_L; E and B are fixed.
+  assert not [w for w in recwarn if 'No artists' in str(w.message)]
+
+
 def test_missing_run_is_a_clear_error(tmp_path, capsys):
   assert report.main(['--runs', str(tmp_path / 'nope'),
                       '--out', str(tmp_path / 'x.png')]) == 2

@@ -89,20 +89,50 @@ def test_normal_exit_leaves_no_worker(tmp_path, cache_dir):
   assert not os.path.exists(worker_log)
 
 
-@pytest.mark.parametrize('sig, code', [(signal.SIGINT, 130),
-                                       (signal.SIGTERM, 128 + signal.SIGTERM)])
-def test_signal_leaves_no_worker(tmp_path, cache_dir, sig, code):
-  proc = _start(tmp_path, '--total_rounds=1000', '--experiment_name=sig')
-  workers = []
+# Ten stops at several moments of a round (every round trains, evaluates
+# and saves a checkpoint, so the delays after a round line fall in each of
+# them), with one and two workers: a signal recorded by the handler and
+# honoured between steps cannot be swallowed, as one raised from the handler
+# was (inside jax's gc callback).
+INT, TERM = signal.SIGINT, signal.SIGTERM
+STOPS = [(INT, 1, 0.0), (INT, 1, 0.4), (INT, 1, 0.9), (INT, 1, 1.6),
+         (INT, 2, 0.4), (INT, 2, 1.6), (TERM, 1, 0.2), (TERM, 1, 1.2),
+         (TERM, 2, 0.2), (TERM, 2, 1.2)]
+
+
+@pytest.mark.parametrize('sig, workers, delay', STOPS)
+def test_signal_stops_at_once_resumably_and_leaves_no_worker(
+    tmp_path, cache_dir, sig, workers, delay):
+  name = f'sig{workers}'
+  flags = ('--total_rounds=1000', f'--experiment_name={name}',
+           '--rounds_per_eval=1', '--rounds_per_checkpoint=1',
+           '--eval_clients=3', '--max_examples_per_client=40',
+           f'--workers={workers}')
+  proc = _start(tmp_path, *flags)
+  workers_seen = []
   for line in proc.stdout:  # Wait until training is under way.
-    workers = _workers_of(proc) or workers
+    workers_seen = _workers_of(proc) or workers_seen
     if line.startswith('round'):
       break
-  assert workers
+  assert workers_seen
+  time.sleep(delay)
+  sent = time.monotonic()
   proc.send_signal(sig)
   _, err = proc.communicate(timeout=60)
-  assert proc.returncode == code, err
-  _assert_gone(workers)
+  seconds = time.monotonic() - sent
+  assert proc.returncode == 128 + sig, err
+  assert seconds < 5, f'{seconds:.1f} s to stop'
+  run_dir = tmp_path / 'runs' / name
+  assert err.strip().splitlines()[-1] == (
+      f'stopped by {signal.Signals(sig).name}; rerun the same command to '
+      f'resume {run_dir}')
+  assert 'Traceback' not in err and 'Exception ignored' not in err, err
+  _assert_gone(workers_seen)
+  if delay == 1.2 and workers == 1:  # Resumes from what the stop kept.
+    proc = _start(tmp_path, *flags[1:], '--total_rounds=2')
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    assert 'resuming after round 1' in out, out
 
 
 @pytest.mark.parametrize('flag, message', [
@@ -114,15 +144,36 @@ def test_signal_leaves_no_worker(tmp_path, cache_dir, sig, code):
     ('--clients_per_round=397', '--clients_per_round: expected at most 396'),
     ('--server_optimizer=rmsprop', '--server_optimizer: expected one of'),
     ('--seed=-1', '--seed: expected a non-negative integer'),
+    ('--nosuchflag', "Unknown command line flag 'nosuchflag'"),
+    ('stray', "unexpected arguments ['stray']"),
+    ('--cache_dir={file}', '--cache_dir: expected a directory, got a file'),
+    ('--offline_data_dir={empty}', '--offline_data_dir: expected'),
+    ('--cache_dir={corrupt}', 'not a readable SQLite cache'),
 ])
-def test_bad_flag_stops_before_training(tmp_path, cache_dir, flag, message):
+def test_bad_input_stops_before_training_in_one_line(tmp_path, cache_dir,
+                                                     flag, message):
+  (tmp_path / 'a_file').write_text('')
+  (tmp_path / 'empty').mkdir()
+  corrupt = tmp_path / 'corrupt'
+  if '{corrupt}' in flag:  # EMNIST's cache file with its pages overwritten.
+    corrupt.mkdir()
+    shutil.copy(os.path.join(cache_dir, 'emnist_all.sqlite'), corrupt)
+    with open(corrupt / 'emnist_all.sqlite', 'r+b') as f:
+      f.seek(100)
+      f.write(b'not sqlite' * 800)
+  flag = flag.format(file=tmp_path / 'a_file', empty=tmp_path / 'empty',
+                     corrupt=corrupt)
   proc = _start(tmp_path, flag, '--experiment_name=bad')
   out, err = proc.communicate(timeout=300)
   assert proc.returncode == 2, err
-  last = err.strip().splitlines()[-1]
-  assert last.startswith('error: ') and message in last, err
+  lines = [l for l in err.strip().splitlines() if l.startswith(
+      ('error', 'usage', 'Traceback', '  File', 'USAGE'))]
+  assert len(lines) == 1 and lines[0].startswith('error: '), err
+  assert message in lines[0], err
   assert 'round' not in out
   assert not (tmp_path / 'runs' / 'bad').exists()
+  assert not (tmp_path / 'runs' / '.bad.lock').exists()  # No trace left.
+  assert not list((tmp_path / 'empty').iterdir())
 
 
 def test_busy_run_directory_is_refused_at_once(tmp_path):

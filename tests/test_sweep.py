@@ -147,6 +147,7 @@ def test_a_second_interrupt_kills_runs_that_do_not_stop(tmp_path):
   stubborn.write_text(textwrap.dedent(f'''
       import signal, time
       signal.signal(signal.SIGINT, signal.SIG_IGN)
+      signal.signal(signal.SIGTERM, signal.SIG_IGN)
       open({str(ready)!r}, 'w').close()
       time.sleep(120)
   '''))
@@ -176,6 +177,41 @@ def test_a_second_interrupt_kills_runs_that_do_not_stop(tmp_path):
   pid = int(re.search(r'\(pid (\d+)\)', out.getvalue()).group(1))
   with pytest.raises(ChildProcessError):
     os.waitpid(pid, os.WNOHANG)  # Reaped: no child left behind.
+
+
+def test_one_interrupt_stops_the_runner_by_sigterm_and_the_sweep_at_once(
+    tmp_path):
+  # A runner keeps an inherited ignored SIGINT ignored (a shell's background
+  # job): the sweep's stop must reach it as SIGTERM, and one is enough.
+  runner = tmp_path / 'runner.py'
+  ready = tmp_path / 'ready'
+  runner.write_text(textwrap.dedent(f'''
+      import signal, sys, time
+      signal.signal(signal.SIGINT, signal.SIG_IGN)
+      signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+      open({str(ready)!r}, 'w').close()
+      time.sleep(120)
+  '''))
+  out = io.StringIO()
+  s = sweep.Sweep(sweep.plan([_flagfile(tmp_path, 'a')], [0]),
+                  str(tmp_path / 'root'),
+                  parallel=1, runner=[sys.executable, str(runner)], out=out)
+
+  def interrupt_once():
+    while not ready.exists():
+      time.sleep(0.05)
+    time.sleep(0.5)
+    os.kill(os.getpid(), signal.SIGINT)
+
+  previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+  threading.Thread(target=interrupt_once, daemon=True).start()
+  started = time.monotonic()
+  try:
+    assert s.run() == 130
+  finally:
+    signal.signal(signal.SIGINT, previous)
+  assert time.monotonic() - started < 30
+  assert 'killed' not in out.getvalue()
 
 
 def _partial(root, name, rounds, planned=300):

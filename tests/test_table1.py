@@ -116,6 +116,16 @@ def test_unreached_runs_count_once_ended_and_rows_pair_algorithms(tmp_path):
   assert '| 2 (1/2) | 4 (1/1) | > 0.50 |' in line
 
 
+def test_budget_is_the_one_the_run_ended_with(tmp_path):
+  # Started with --total_rounds=2, extended to 4 (config.json keeps 2).
+  run = _run(tmp_path, 'authors_emnist_baseline_fedavg_s0', [0.1] * 4,
+             algorithm='fedavg', seed=0)
+  config = json.loads((run / 'config.json').read_text())
+  (run / 'config.json').write_text(json.dumps(dict(config, total_rounds=2)))
+  [info] = table1.load_runs(str(tmp_path))
+  assert info.budget == 4
+
+
 def test_closed_runs_state_their_cut_budget_and_count_unreached(tmp_path):
   # FATHOM reached 0.8 at round 2, then was closed at 3 of a planned 30;
   # FedAvg was closed at round 4 without reaching it.

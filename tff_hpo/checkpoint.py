@@ -6,19 +6,53 @@ list [state, round, examples, local steps] in `tff.program`'s
 `FileProgramStateManager`, the layout runs have always written, so run
 directories made by earlier versions keep resuming. Stateful clients' states
 are kept by the client runner, consistent with each checkpoint.
+
+A version that cannot be loaded is moved aside (`unreadable_program_state_N`,
+kept for inspection) before the run trains on from an older one, so the
+rounds it repeats can be saved again. `SETTINGS_JSON` in the same folder
+holds the settings the checkpoints were trained under, so that a run
+directory whose config.json was lost cannot resume under other settings
+(`run_dir.prepare` reads it).
 """
 
 from __future__ import annotations
 
 import gc
+import json
 import os
-from typing import Any, Callable, NamedTuple
+import re
+import shutil
+from typing import Any, Callable, Mapping, NamedTuple, Optional
 
 from tff_hpo import state_migration
 from tff_hpo import sync
 
 CHECKPOINT_DIR = 'checkpoints'
+SETTINGS_JSON = 'settings.json'
 KEEP = 3  # Newest checkpoints kept; older ones (and their client states) go.
+_PREFIX = 'program_state_'
+UNREADABLE_PREFIX = 'unreadable_'
+# What a save killed midway leaves (TFF writes a SavedModel to a temporary
+# folder first); never a checkpoint.
+_PARTIAL = re.compile(re.escape(_PREFIX) + r'\d+_temp')
+
+
+def read_settings(run_dir: str) -> Optional[dict[str, Any]]:
+  """The settings the run's checkpoints were trained under, if recorded."""
+  path = os.path.join(run_dir, CHECKPOINT_DIR, SETTINGS_JSON)
+  if not os.path.exists(path):
+    return None
+  with open(path) as f:
+    return json.load(f)
+
+
+def write_settings(run_dir: str, settings: Mapping[str, Any]) -> None:
+  folder = os.path.join(run_dir, CHECKPOINT_DIR)
+  os.makedirs(folder, exist_ok=True)
+  path = os.path.join(folder, SETTINGS_JSON)
+  with open(path + '.tmp', 'w') as f:
+    json.dump(settings, f, indent=1, sort_keys=True)
+  os.replace(path + '.tmp', path)
 
 
 class Checkpoint(NamedTuple):
@@ -34,10 +68,12 @@ class Checkpoints:
 
   def __init__(self, run_dir: str, clients: Any, log: Callable[[str], None]):
     import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+    self._root = os.path.join(run_dir, CHECKPOINT_DIR)
     self._manager = tff.program.FileProgramStateManager(
-        os.path.join(run_dir, CHECKPOINT_DIR), keep_total=KEEP)
+        self._root, keep_total=KEEP, prefix=_PREFIX)
     self._clients = clients
     self._log = log
+    self.moved_aside: list[str] = []  # Unreadable versions, by this restore.
 
   def save(self, checkpoint: Checkpoint) -> None:
     self._clients.save(checkpoint.round_num)
@@ -51,18 +87,43 @@ class Checkpoints:
     self._clients.keep_only(sync.run(self._manager.get_versions()) or [])
 
   def restore(self, initial_state: Any) -> Checkpoint:
-    """The newest readable checkpoint, or round 0 from `initial_state`."""
+    """The newest readable checkpoint, or round 0 from `initial_state`.
+    Unreadable versions are moved aside (`moved_aside` names them)."""
+    self._remove_partial_saves()
     versions = sync.run(self._manager.get_versions()) or []
     for version in sorted(versions, reverse=True):
       try:
         state, round_num, examples, steps = self._load(version, initial_state)
         self._clients.restore(version)
       except Exception as e:  # pylint: disable=broad-except
-        self._log(f'checkpoint {version} unreadable ({e}); trying an older one')
+        aside = self._move_aside(version)
+        self._log(f'checkpoint {version} unreadable ({_first_line(e)}); '
+                  f'moved aside to {aside}; trying an older one')
         continue
       return Checkpoint(state, int(round_num), int(examples), int(steps))
     self._clients.restore(0)  # Drops states of rounds before any checkpoint.
     return Checkpoint(initial_state, 0, 0, 0)
+
+  def _move_aside(self, version: int) -> str:
+    """Renames an unreadable version out of TFF's sight; a later save of the
+    same round then finds its name free."""
+    source = os.path.join(self._root, f'{_PREFIX}{version}')
+    target = os.path.join(self._root, f'{UNREADABLE_PREFIX}{_PREFIX}{version}')
+    n = 1
+    while os.path.exists(target):
+      n += 1
+      target = os.path.join(
+          self._root, f'{UNREADABLE_PREFIX}{n}_{_PREFIX}{version}')
+    os.replace(source, target)
+    self.moved_aside.append(target)
+    return target
+
+  def _remove_partial_saves(self) -> None:
+    if not os.path.isdir(self._root):
+      return
+    for entry in os.scandir(self._root):
+      if entry.is_dir() and _PARTIAL.match(entry.name):
+        shutil.rmtree(entry.path, ignore_errors=True)
 
   def _load(self, version: int, initial_state: Any) -> list:
     """The saved list, its state in today's layout (a state saved in the
@@ -77,3 +138,8 @@ class Checkpoints:
     loaded = sync.run(self._manager.load(version, template))
     loaded[0] = state_migration.from_legacy(initial_state, loaded[0])
     return loaded
+
+
+def _first_line(error: Exception) -> str:
+  text = str(error).strip().splitlines()
+  return f'{type(error).__name__}: {text[0] if text else ""}'

@@ -65,6 +65,9 @@ class ExperimentConfig:
   # evaluations are recorded (None: train to total_rounds).
   early_stop_accuracy: Optional[float] = None
   early_stop_evals: int = 3
+  # Train again from round 0 a run whose checkpoints are all unreadable,
+  # rewriting its metrics (else such a run is refused).
+  restart_if_unreadable: bool = False
   # The TFF worker to run ('' : TFF's pip worker_binary, CPU only); e.g. one
   # built with CUDA.
   worker_binary: str = ''
@@ -109,20 +112,27 @@ def _require(ok: bool, flag: str, expected: str, got: object) -> None:
     raise ConfigError(f'--{flag}: expected {expected}, got {got!r}')
 
 
-def _check_writable_root(path: str) -> None:
-  """The nearest existing ancestor of `path` must be a writable directory."""
+def check_writable_dir(flag: str, path: str) -> None:
+  """`path` is a directory, or can be made one: its nearest existing
+  ancestor is a writable directory. Raises ConfigError naming `flag`."""
   probe = os.path.abspath(path)
+  if os.path.exists(probe) and not os.path.isdir(probe):
+    raise ConfigError(f'--{flag}: expected a directory, got a file ({path!r})')
   while not os.path.exists(probe):
     probe = os.path.dirname(probe)
   if not os.path.isdir(probe):
-    raise ConfigError(f'--output_root: {path!r} is not under a directory '
+    raise ConfigError(f'--{flag}: {path!r} is not under a directory '
                       f'({probe!r} is a file)')
   try:
     with tempfile.TemporaryDirectory(dir=probe):
       pass
   except OSError as e:
     raise ConfigError(
-        f'--output_root: cannot write under {probe!r}: {e.strerror}') from e
+        f'--{flag}: cannot write under {probe!r}: {e.strerror}') from e
+
+
+def _check_writable_root(path: str) -> None:
+  check_writable_dir('output_root', path)
 
 
 def _with_options(config: ExperimentConfig, option_types: tuple[type, ...],

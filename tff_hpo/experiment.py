@@ -12,6 +12,7 @@ running event loop (Jupyter, Colab).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import sys
@@ -25,6 +26,7 @@ from tff_hpo import run_dir as run_dir_lib
 from tff_hpo import run_lock
 from tff_hpo import run_status
 from tff_hpo import runtime
+from tff_hpo import stop_request
 from tff_hpo import sync
 from tff_hpo import wiring as wiring_lib
 from tff_hpo.algorithms import registry
@@ -58,6 +60,18 @@ class EarlyStop:
   def done(self) -> bool:
     return (self.target is not None and
             self.evals_since_hit >= self.evals_after)
+
+
+@contextlib.contextmanager
+def _stop_on_request():
+  """A computation that fails because a stop request stopped its worker
+  ends the run as `stop_request.Stopped`, not as the worker's error."""
+  try:
+    yield
+  except Exception:
+    stop_request.check()
+    raise
+  stop_request.check()
 
 
 async def _release_all(managers, value, key: int) -> None:
@@ -120,7 +134,8 @@ class Experiment:
                   if evaluate and w.average_last_two else None)
       hparams = self.process.get_hparams(ckpt.state)
       t0 = time.perf_counter()
-      state, process_metrics = self.round(ckpt.state, clients)
+      with _stop_on_request():
+        state, process_metrics = self.round(ckpt.state, clients)
       metrics = round_metrics.released(
           process_metrics, hparams, accuracy_metric=self.task.accuracy_metric,
           round_num=round_num, num_clients=len(clients),
@@ -132,7 +147,8 @@ class Experiment:
           state, round_num, int(metrics['cost/examples_cumulative']),
           int(metrics['cost/local_steps_cumulative']))
       if evaluate:
-        metrics.update(self.evaluate(state, previous))
+        with _stop_on_request():
+          metrics.update(self.evaluate(state, previous))
         stop.observe(metrics['eval/accuracy'])
       sync.run(_release_all(releases, metrics, round_num))
       self._log(round_metrics.progress_line(round_num, cfg.total_rounds,
@@ -142,6 +158,7 @@ class Experiment:
       if (round_num % cfg.rounds_per_checkpoint == 0 or
           round_num == cfg.total_rounds or stop.done):
         checkpoints.save(ckpt)
+      stop_request.check()  # A round released whole; its checkpoint, if due.
     self._finish(ckpt.round_num, stop)
     return ckpt.state
 
@@ -161,8 +178,21 @@ class Experiment:
           tff.program.TensorBoardReleaseManager(
               os.path.join(cfg.run_dir, 'tensorboard')),
       ]
-      return checkpoints, releases, checkpoints.restore(
-          self.process.initialize())
+      ckpt = checkpoints.restore(self.process.initialize())
+      done = run_dir_lib.released_rounds(cfg.run_dir)
+      if (ckpt.round_num == 0 and checkpoints.moved_aside and done and
+          not cfg.restart_if_unreadable):
+        raise config_lib.ConfigError(
+            f'--restart_if_unreadable: every checkpoint of {cfg.run_dir} is '
+            f'unreadable (moved aside: {", ".join(checkpoints.moved_aside)}) '
+            f'and its metrics.csv holds {done} rounds; pass it to train again '
+            'from round 0 (rewriting them), or end the run at its rounds with '
+            'python -m tff_hpo.close_run')
+      if ckpt.round_num > cfg.total_rounds:
+        raise config_lib.ConfigError(
+            f'--total_rounds: expected at least {ckpt.round_num} (the rounds '
+            f'{cfg.run_dir} has done), got {cfg.total_rounds}')
+      return checkpoints, releases, ckpt
     except BaseException:
       if created:
         shutil.rmtree(cfg.run_dir, ignore_errors=True)

@@ -22,6 +22,18 @@ import pandas as pd
 HPARAMS = (('hparams/client_learning_rate', 'client learning rate eta_L'),
            ('hparams/client_epochs', 'epochs E'),
            ('hparams/client_batch_size', 'batch size B'))
+# Where processes built by TFF's own builders (the FedAvg family) report
+# the same hyperparameter.
+ALIASES = {'hparams/client_learning_rate': (
+    'hparams/client_work/learning_rate',)}
+
+
+def hparam_column(frame: pd.DataFrame, column: str) -> Optional[str]:
+  """The column of `frame` holding hyperparameter `column`, if any."""
+  for name in (column, *ALIASES.get(column, ())):
+    if name in frame:
+      return name
+  return None
 
 
 def load_run(run_dir: str) -> pd.DataFrame:
@@ -110,11 +122,16 @@ def plot(run_dirs: Sequence[str], out_path: str) -> None:
   ax.grid(alpha=0.3)
   for ax, (column, title) in zip(axes.ravel()[1:], HPARAMS):
     for d, frame in frames.items():
-      if column in frame:
-        ax.plot(frame['round'], frame[column], label=labels[d])
+      name = hparam_column(frame, column)
+      if name:
+        ax.plot(frame['round'], frame[name], label=labels[d])
     ax.set_xlabel('round')
     ax.set_ylabel(title)
-    ax.legend(**legend)
+    if ax.lines:
+      ax.legend(**legend)
+    else:  # No run adapts or reports it.
+      ax.text(0.5, 0.5, 'fixed in these runs (not reported)',
+              ha='center', va='center', transform=ax.transAxes, fontsize=8)
     ax.grid(alpha=0.3)
   rounds = max(int(f['round'].max()) for f in frames.values())
   fig.suptitle(f'{dataset_label(run_dirs[0])}: {rounds} rounds', fontsize=9)

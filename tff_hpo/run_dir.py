@@ -11,8 +11,9 @@ from __future__ import annotations
 import csv
 import json
 import os
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional
 
+from tff_hpo import checkpoint
 from tff_hpo import config as config_lib
 from tff_hpo import cpu_kernels
 
@@ -23,7 +24,8 @@ CLIENT_STATES_DIR = 'client_states'  # See client_state_files.
 RESUMABLE_CHANGES = frozenset({
     'total_rounds', 'rounds_per_eval', 'rounds_per_checkpoint', 'cache_dir',
     'offline_data_dir', 'output_root', 'early_stop_accuracy',
-    'early_stop_evals', 'worker_binary', 'workers', 'worker_addresses'})
+    'early_stop_evals', 'worker_binary', 'workers', 'worker_addresses',
+    'restart_if_unreadable'})
 # What runs from before a setting existed did, where that is not its default.
 LEGACY_VALUES = {'cpu_kernels': cpu_kernels.TF_DEFAULT}
 
@@ -38,23 +40,13 @@ def prepare(config: config_lib.ExperimentConfig, dataset_label: str,
   """
   run_dir = config.run_dir
   config_path = os.path.join(run_dir, CONFIG_JSON)
+  # The checkpoints' own record first: config.json may be lost or edited.
+  for saved in (checkpoint.read_settings(run_dir), _read_json(config_path)):
+    if saved is not None:
+      _check_same(config, saved, defaults)
   if os.path.exists(config_path):
-    with open(config_path) as f:
-      saved = json.load(f)
-    now = config.flat()
-    then = {k: saved.get(k, LEGACY_VALUES.get(k, defaults.get(k)))
-            for k in now}
-    changed = sorted(k for k in now if k not in RESUMABLE_CHANGES and
-                     not _same(k, then[k], now[k]))
-    if changed:
-      kernels = ''
-      if 'cpu_kernels' in changed and cpu_kernels.TF_DEFAULT in (
-          then['cpu_kernels'], now['cpu_kernels']):
-        kernels = '; ' + cpu_kernels.tf_default_here()
-      raise config_lib.ConfigError(
-          f'--experiment_name: {run_dir} holds a run with different '
-          f'settings ({", ".join(f"--{k}={then[k]!r} there" for k in changed)}'
-          f'{kernels}); pass those to resume it, or pick another name')
+    if checkpoint.read_settings(run_dir) is None:
+      checkpoint.write_settings(run_dir, trajectory_settings(config))
     return False
   created = not os.path.exists(run_dir)
   os.makedirs(run_dir, exist_ok=True)
@@ -64,7 +56,42 @@ def prepare(config: config_lib.ExperimentConfig, dataset_label: str,
   os.replace(tmp, config_path)
   with open(os.path.join(run_dir, 'dataset.txt'), 'w') as f:
     f.write(dataset_label + '\n')
+  checkpoint.write_settings(run_dir, trajectory_settings(config))
   return created
+
+
+def trajectory_settings(config: config_lib.ExperimentConfig
+                        ) -> dict[str, Any]:
+  """The settings a resumed run must keep."""
+  return {k: v for k, v in config.flat().items()
+          if k not in RESUMABLE_CHANGES}
+
+
+def _read_json(path: str) -> Optional[dict[str, Any]]:
+  if not os.path.exists(path):
+    return None
+  with open(path) as f:
+    return json.load(f)
+
+
+def _check_same(config: config_lib.ExperimentConfig, saved: Mapping[str, Any],
+                defaults: Mapping[str, Any]) -> None:
+  """Raises ConfigError naming every setting `config` changes."""
+  run_dir = config.run_dir
+  now = config.flat()
+  then = {k: saved.get(k, LEGACY_VALUES.get(k, defaults.get(k)))
+          for k in now}
+  changed = sorted(k for k in now if k not in RESUMABLE_CHANGES and
+                   not _same(k, then[k], now[k]))
+  if changed:
+    kernels = ''
+    if 'cpu_kernels' in changed and cpu_kernels.TF_DEFAULT in (
+        then['cpu_kernels'], now['cpu_kernels']):
+      kernels = '; ' + cpu_kernels.tf_default_here()
+    raise config_lib.ConfigError(
+        f'--experiment_name: {run_dir} holds a run with different '
+        f'settings ({", ".join(f"--{k}={then[k]!r} there" for k in changed)}'
+        f'{kernels}); pass those to resume it, or pick another name')
 
 
 # How a recorded setting compares with the one asked for, where not by ==
@@ -74,6 +101,15 @@ _SAME = {'cpu_kernels': cpu_kernels.same}
 
 def _same(flag: str, then: Any, now: Any) -> bool:
   return _SAME.get(flag, lambda a, b: a == b)(then, now)
+
+
+def released_rounds(run_dir: str) -> int:
+  """How many rounds metrics.csv holds (0 if none)."""
+  path = os.path.join(run_dir, METRICS_CSV)
+  if not os.path.exists(path):
+    return 0
+  with open(path) as f:
+    return sum(1 for _ in csv.DictReader(f))
 
 
 def released_evaluations(run_dir: str, last_round: int) -> list[float]:

@@ -84,4 +84,9 @@ def hold(run_dir: str) -> Iterator[None]:
       _HELD[path] = (f, depth - 1)
     else:
       del _HELD[path]
+      if not os.path.isdir(run_dir):  # Refused before it began: no trace.
+        try:
+          os.remove(path)
+        except OSError:
+          pass
       f.close()  # Releases the flock; the empty-of-meaning file may stay.

@@ -147,12 +147,18 @@ def worker_pids() -> list[int]:
     return [w.pid for w in _workers if w.pid is not None]
 
 
-def _raise_system_exit(signum, frame):  # pylint: disable=unused-argument
+def terminate() -> None:
+  """Stops the workers for good: a computation in flight fails, and none
+  starts after this (`stop_request`'s handler; SIGTERM's where it is ours)."""
   global _terminating
   # TFF's executor threads may still ask for a worker while we unwind; a
   # fork then (a second signal during teardown) crashed the interpreter.
   _terminating = True
-  shutdown()  # First: a caller may swallow SystemExit (pytest does).
+  shutdown()
+
+
+def _raise_system_exit(signum, frame):  # pylint: disable=unused-argument
+  terminate()  # First: a caller may swallow SystemExit (pytest does).
   raise SystemExit(128 + signum)
 
 

@@ -187,11 +187,12 @@ class Sweep:
 
 
   def _stop(self, procs: list[subprocess.Popen]) -> None:
-    """Asks the runs to stop (SIGINT) and waits; an interrupt while waiting
-    (a second Ctrl-C or SIGTERM) kills them instead. Either way each run
-    resumes from its last checkpoint, and a killed run's lock is stale."""
+    """Asks the runs to stop (SIGTERM: a runner keeps an inherited ignored
+    SIGINT ignored) and waits; an interrupt while waiting (a second Ctrl-C
+    or SIGTERM) kills them instead. Either way each run resumes from its
+    last checkpoint, and a killed run's lock is stale."""
     for proc in procs:
-      proc.send_signal(signal.SIGINT)
+      proc.send_signal(signal.SIGTERM)
     try:
       for proc in procs:
         proc.wait()

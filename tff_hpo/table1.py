@@ -81,7 +81,9 @@ def load_runs(root: str) -> list[RunInfo]:
     ended = run_status.has_ended(run_dir)
     status = run_status.read(run_dir) or {}
     closed = status.get('closed')
-    budget = status['total_rounds'] if closed else config['total_rounds']
+    # status.json has the budget the run ended (or was closed) with;
+    # config.json keeps the one it began with.
+    budget = status.get('total_rounds', config['total_rounds'])
     runs.append(RunInfo(name, row, config['algorithm'], config['seed'],
                         config['task'], frame, ended, budget, dataset,
                         closed, config['total_rounds']))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import signal
 import subprocess
 import tempfile
@@ -31,6 +32,10 @@ _GRPC_OPTIONS = [
 
 class WorkerLost(RuntimeError):
   """A worker of a several-worker run stopped answering mid-run."""
+
+
+class WorkerUnreachable(RuntimeError):
+  """A worker at a given address did not answer in time."""
 
 
 @dataclasses.dataclass
@@ -76,6 +81,8 @@ def start_local(binary: str, env: Mapping[str, str], index: int = 0,
   """Starts `binary` on a free loopback port in environment `env`; returns
   it once it answers."""
   import portpicker  # pylint: disable=g-import-not-at-top
+  if index == 0:
+    remove_stale_logs()
   port = portpicker.pick_unused_port()
   log = log_path(index)
   with open(log, 'ab') as out:
@@ -115,8 +122,9 @@ def _wait_ready(worker: Worker) -> None:
           f'see {worker.log}')
     if time.monotonic() > deadline:
       where = f'; see {worker.log}' if worker.log else ''
-      raise RuntimeError(f'TFF {worker.name} at {worker.address} not ready '
-                         f'after {READY_TIMEOUT_S:.0f} s{where}')
+      error = WorkerUnreachable if worker.process is None else RuntimeError
+      raise error(f'TFF {worker.name} at {worker.address} not ready after '
+                  f'{READY_TIMEOUT_S:.0f} s{where}')
     time.sleep(0.1)
 
 
@@ -139,15 +147,46 @@ def stop(worker: Worker) -> None:
   process = worker.process
   if process is None:
     return
-  if process.poll() is None:
+  healthy = process.poll() is None  # Ours to stop: its log holds no failure.
+  if healthy:
     process.terminate()
     try:
       process.wait(timeout=5)
     except subprocess.TimeoutExpired:
       process.kill()
       process.wait()
+  asked_for = os.environ.get('TFF_HPO_WORKER_LOG')
   try:
-    if worker.log and os.path.getsize(worker.log) == 0:
+    if worker.log and (os.path.getsize(worker.log) == 0 or
+                       (healthy and not asked_for)):
       os.remove(worker.log)
   except OSError:
     pass
+
+
+_STALE_LOG = re.compile(r'tff_hpo_worker_(\d+)(_\d+)?\.log$')
+
+
+def remove_stale_logs() -> None:
+  """Empty logs of workers whose runner died unasked (kill -9): nothing to
+  read in them, and nobody left to remove them."""
+  folder = tempfile.gettempdir()
+  for entry in os.scandir(folder):
+    found = _STALE_LOG.match(entry.name)
+    if not found or _alive(int(found.group(1))):
+      continue
+    try:
+      if entry.stat().st_size == 0:
+        os.remove(entry.path)
+    except OSError:
+      pass
+
+
+def _alive(pid: int) -> bool:
+  try:
+    os.kill(pid, 0)
+  except ProcessLookupError:
+    return False
+  except PermissionError:
+    return True
+  return True

@@ -40,7 +40,6 @@ resumes from its last evaluation (state.pickle).
 
 from __future__ import annotations
 
-import math
 import os
 import pickle
 import platform
@@ -180,15 +179,6 @@ def build(implementation: str, seed: int, grad_fn: Callable[..., Any],
   return algorithm, settings, used
 
 
-def round_costs(sizes: Sequence[int], epochs: float, batch: float
-                ) -> tuple[int, int]:
-  """(examples, local steps) of clients of `sizes`: FedJAX's shuffle-repeat
-  batches, max(ceil(E n / B), 1) full batches of B each (as both fed_avg and
-  fathom_fedavg ask for them)."""
-  steps = [max(math.ceil(epochs * n / batch), 1) for n in sizes]
-  return int(sum(s * batch for s in steps)), int(sum(steps))
-
-
 def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
@@ -249,7 +239,8 @@ def main(argv: Sequence[str]) -> None:
     state, _ = algorithm.apply(state, clients)
     jax.block_until_ready(state.params)
     seconds = time.perf_counter() - start
-    examples, steps = round_costs([len(c[1]) for c in clients], epochs, batch)
+    examples, steps = run_files.round_costs([len(c[1]) for c in clients],
+                                            epochs, batch)
     examples_total += examples
     steps_total += steps
     row = {'round': round_num, 'cost/examples': examples,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import os
 from typing import Any, Mapping, Optional, Sequence
 
@@ -87,3 +88,12 @@ def check_config(run_dir: str, config: Mapping[str, Any]) -> None:
         f'{run_dir} holds a run with other settings '
         f'({", ".join(f"{k}={saved.get(k)!r} there" for k in changed)}); '
         'pass those to resume it, or pick another --output_root')
+
+
+def round_costs(sizes: Sequence[int], epochs: float, batch: float
+                ) -> tuple[int, int]:
+  """(examples, local steps) of clients of `sizes`: FedJAX's shuffle-repeat
+  batches, max(ceil(E n / B), 1) full batches of B each (as both fed_avg and
+  fathom_fedavg ask for them)."""
+  steps = [max(math.ceil(epochs * n / batch), 1) for n in sizes]
+  return int(sum(s * batch for s in steps)), int(sum(steps))

@@ -46,6 +46,17 @@ def _convert(name: str, source_dir: str, cache_dir: str) -> list[str]:
   raise ValueError(f'unknown dataset {name!r}; expected one of {DATASETS}')
 
 
+def sources(name: str) -> list[str]:
+  """The files under the source folder that dataset `name` is made from."""
+  if name == 'emnist':
+    return [emnist.SOURCE]
+  if name == 'shakespeare':
+    return list(shakespeare.SOURCES.values())
+  if name == 'stackoverflow':
+    return list(stackoverflow.XML_SOURCES) + list(stackoverflow.TSV_SOURCES)
+  raise ValueError(f'unknown dataset {name!r}; expected one of {DATASETS}')
+
+
 def prepare(source_dir: str, cache_dir: str,
             datasets: Sequence[str] = DATASETS) -> list[str]:
   """Makes sure TFF cache files for `datasets` exist under `cache_dir`."""

@@ -103,6 +103,10 @@ def read_description(path: str) -> str:
         "SELECT value FROM dataset_info WHERE key = 'description'").fetchone()
   except sqlite3.OperationalError:
     return ''
+  except sqlite3.DatabaseError as e:
+    raise SourceDataError(
+        f'{path}: not a readable SQLite cache ({e}); delete it and rerun '
+        '(it is rebuilt from --offline_data_dir)') from e
   finally:
     conn.close()
   return row[0] if row else ''

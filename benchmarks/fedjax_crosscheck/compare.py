@@ -1,0 +1,164 @@
+"""The cross-check's tables and figure: FedJAX and the authors' code beside
+this project's authors'-pipeline runs, one difference at a time.
+
+  .venv/bin/python -m benchmarks.fedjax_crosscheck.compare \
+      [--root=results/fedjax_crosscheck] [--out=results/fedjax_crosscheck]
+
+Reads the run directories of `run.py` (`<root>/<implementation>_s<seed>`),
+the project's runs of each pipeline variant (`<root>/differences/
+<algorithm>_<variant>_s<seed>`) and the committed Table 1 runs of the
+pipeline as it stood (`results/table1/authors_emnist_baseline_<algorithm>_s
+<seed>`, variant `as_it_stood`). Writes `comparison.md` (test accuracy at
+rounds 10-100, mean ± std over seeds, and rounds to 80 / 85 % per seed)
+and `comparison.png`. Numbers only from run files; a group with fewer
+seeds than asked says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import re
+import sys
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
+sys.path.insert(0, ROOT)
+from tff_hpo import report  # pylint: disable=g-import-not-at-top
+
+ROUNDS = tuple(range(10, 101, 10))
+TARGETS = (0.80, 0.85)
+REFERENCES = {  # Directory prefix -> (algorithm, label).
+    'fedjax_fedavg': ('fedavg', 'FedJAX fed_avg'),
+    'authors_fathom_eta_h0': ('fedavg', 'authors\' code, fathom_eta_h = 0'),
+    'authors_fathom': ('fathom', 'authors\' code'),
+}
+VARIANTS = {
+    'as_it_stood': 'ours, as it stood (Keras init, TFF batches)',
+    'init': 'ours, --emnist_model_init=fedjax',
+    'batching': 'ours, --client_batching=fedjax',
+    'init_batching': 'ours, both',
+}
+
+
+def groups(root: str, table1: str) -> dict[tuple[str, str], list[str]]:
+  """(algorithm, label) -> run directories, references first."""
+  found: dict[tuple[str, str], list[str]] = {}
+  for prefix, (algorithm, label) in REFERENCES.items():
+    for d in sorted(glob.glob(os.path.join(root, f'{prefix}_s*'))):
+      if re.fullmatch(rf'{prefix}_s\d+', os.path.basename(d)):
+        found.setdefault((algorithm, label), []).append(d)
+  for algorithm in ('fedavg', 'fathom'):
+    stood = sorted(glob.glob(os.path.join(
+        table1, f'authors_emnist_baseline_{algorithm}_s[0-9]')))
+    if stood:
+      found[(algorithm, VARIANTS['as_it_stood'])] = stood
+    for variant, label in VARIANTS.items():
+      dirs = sorted(glob.glob(os.path.join(
+          root, 'differences', f'{algorithm}_{variant}_s[0-9]')))
+      if dirs:
+        found[(algorithm, label)] = dirs
+  return found
+
+
+def accuracy_at(run_dir: str) -> dict[int, float]:
+  frame = report.load_run(run_dir).dropna(subset=['eval/accuracy'])
+  return dict(zip(frame['round'].astype(int), frame['eval/accuracy']))
+
+
+def accuracy_table(found: dict[tuple[str, str], list[str]]) -> str:
+  head = '| algorithm | implementation | seeds | ' + ' | '.join(
+      str(r) for r in ROUNDS) + ' |'
+  lines = [head, '|' + '---|' * (3 + len(ROUNDS))]
+  for (algorithm, label), dirs in found.items():
+    runs = [accuracy_at(d) for d in dirs]
+    cells = []
+    for r in ROUNDS:
+      values = [a[r] for a in runs if r in a]
+      cells.append(f'{np.mean(values):.3f} ± {np.std(values):.3f}'
+                   if len(values) > 1 else
+                   f'{values[0]:.3f}' if values else '')
+    lines.append(f'| {algorithm} | {label} | {len(dirs)} | ' +
+                 ' | '.join(cells) + ' |')
+  return '\n'.join(lines)
+
+
+def targets_table(found: dict[tuple[str, str], list[str]]) -> str:
+  lines = ['| algorithm | implementation | ' + ' | '.join(
+      f'rounds to {t:.0%} (per seed)' for t in TARGETS) + ' | last round |',
+           '|---|---|' + '---|' * (len(TARGETS) + 1)]
+  for (algorithm, label), dirs in found.items():
+    frames = [report.load_run(d).dropna(subset=['eval/accuracy'])
+              for d in dirs]
+    cells = []
+    for t in TARGETS:
+      hits = [report.rounds_to_target(f, t) for f in frames]
+      cells.append(' / '.join('NA' if h is None else str(h) for h in hits))
+    last = ' / '.join(str(int(f['round'].max())) for f in frames)
+    lines.append(f'| {algorithm} | {label} | ' + ' | '.join(cells) +
+                 f' | {last} |')
+  return '\n'.join(lines)
+
+
+def figure(found: dict[tuple[str, str], list[str]], path: str) -> None:
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use('Agg')
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
+  for ax, algorithm in zip(axes, ('fedavg', 'fathom')):
+    for (alg, label), dirs in found.items():
+      if alg != algorithm:
+        continue
+      runs = [accuracy_at(d) for d in dirs]
+      rounds = sorted(set.intersection(*(set(a) for a in runs)))
+      rounds = [r for r in rounds if r <= 300]
+      mean = np.array([np.mean([a[r] for a in runs]) for r in rounds])
+      std = np.array([np.std([a[r] for a in runs]) for r in rounds])
+      line, = ax.plot(rounds, mean, label=f'{label} ({len(dirs)} seeds)')
+      ax.fill_between(rounds, mean - std, mean + std, alpha=0.15,
+                      color=line.get_color())
+    ax.set_title(f'{algorithm}: test accuracy, mean ± std over seeds',
+                 fontsize=9)
+    ax.set_xlabel('round')
+    ax.set_ylim(0.45, 0.9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+  axes[0].set_ylabel('test accuracy (every test client)')
+  fig.suptitle('FEMNIST subset (396 writers), the authors\' pipeline: '
+               'E 1, B 20, eta_L 0.1, 10 clients a round', fontsize=9)
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
+
+
+def main(argv: Sequence[str]) -> int:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument('--root', default=os.path.join(
+      ROOT, 'results', 'fedjax_crosscheck'))
+  parser.add_argument('--table1', default=os.path.join(
+      ROOT, 'results', 'table1'))
+  parser.add_argument('--out', default=None, help='default: --root')
+  args = parser.parse_args(argv)
+  found = groups(args.root, args.table1)
+  if not found:
+    print(f'error: --root: no cross-check runs under {args.root}',
+          file=sys.stderr)
+    return 2
+  out = args.out or args.root
+  text = ('## Test accuracy, mean ± std over seeds\n\n' +
+          accuracy_table(found) + '\n\n## Rounds to target\n\n' +
+          targets_table(found) + '\n')
+  with open(os.path.join(out, 'comparison.md'), 'w') as f:
+    f.write(text)
+  figure(found, os.path.join(out, 'comparison.png'))
+  print(text)
+  return 0
+
+
+if __name__ == '__main__':
+  sys.exit(main(sys.argv[1:]))
