@@ -260,5 +260,18 @@ def parse_flags(argv: list[str]) -> list[str]:
   return rest
 
 
+def main_then_exit(argv: list[str]) -> int:
+  """`main`; after a stop, exits at once: the run is saved and its workers
+  are gone, and TensorFlow's teardown at interpreter exit takes seconds
+  that a process manager (or a user at Ctrl-C) should not wait for."""
+  from tff_hpo import stop_request  # pylint: disable=g-import-not-at-top
+  code = main(argv)
+  if stop_request.requested() is not None:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # pylint: disable=protected-access
+  return code
+
+
 if __name__ == '__main__':
-  app.run(main, flags_parser=parse_flags)
+  app.run(main_then_exit, flags_parser=parse_flags)

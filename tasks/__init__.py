@@ -32,6 +32,8 @@ class LoadedTask:
   accuracy_metric: str
   dataset_label: str
   model_fn: Callable[[], object]
+  # Of the sources the cache was built from (None: TFF's own download).
+  data_fingerprint: Optional[str] = None
 
 
 def seeded_model_fn(model_fn: Callable[[], object],
@@ -96,7 +98,8 @@ def _check_data_dirs(config) -> None:
   from tasks.offline import prepare  # pylint: disable=g-import-not-at-top
   config_lib.check_writable_dir('cache_dir', config.cache_dir)
   if config.offline_data_dir:
-    missing = [p for p in prepare.sources(TASKS[config.task].OFFLINE_DATASET)
+    dataset = TASKS[config.task].OFFLINE_DATASET
+    missing = [p for p in prepare.sources(dataset, config.offline_data_dir)
                if not os.path.isfile(os.path.join(config.offline_data_dir, p))]
     if missing:
       raise config_lib.ConfigError(
@@ -131,10 +134,12 @@ def load(name: str, *, batch_size: int, epochs: int,
 
   module = TASKS[name]
   label = 'TFF download (full dataset)'
+  fingerprint = None
   if offline_data_dir:
     files = prepare.prepare(offline_data_dir, cache_dir,
                             [module.OFFLINE_DATASET])
     label = sqlite_cache.read_description(files[0])
+    fingerprint = prepare.fingerprint(files[0])
   # No `max_elements`: TFF takes them after shuffling and repeating, so
   # the FedAvg family got a random N for all its epochs; the cap is
   # `first_examples_then`'s, below.
@@ -169,4 +174,5 @@ def load(name: str, *, batch_size: int, epochs: int,
     label += '; initial kernels as FedJAX\'s Haiku model'
   if batching == 'fedjax':
     label += '; FedJAX\'s full shuffle-repeat batches'
-  return LoadedTask(baseline, module.ACCURACY_METRIC, label, model_fn)
+  return LoadedTask(baseline, module.ACCURACY_METRIC, label, model_fn,
+                    fingerprint)

@@ -302,7 +302,10 @@ def test_unreadable_checkpoints_and_lost_config_do_not_trap_or_mix_runs(
                           out=io.StringIO()).run()
   assert not os.path.exists(config_path)
   # Every checkpoint unreadable: refused rather than rewriting 4 rounds.
-  for version in (2, 3, 4):
+  kept = [int(n.rsplit('_', 1)[1]) for n in os.listdir(checkpoints)
+          if n.startswith('program_state_')]
+  assert 4 in kept
+  for version in kept:
     _truncate_variables(cfg.run_dir, version)
   with pytest.raises(config_lib.ConfigError, match='--restart_if_unreadable'):
     experiment.Experiment(longer, out=io.StringIO()).run()

@@ -20,12 +20,14 @@ import time
 from typing import Any, Callable, Optional, TextIO
 
 from tff_hpo import checkpoint as checkpoint_lib
+from tff_hpo import client_states
 from tff_hpo import config as config_lib
 from tff_hpo import round_metrics
 from tff_hpo import run_dir as run_dir_lib
 from tff_hpo import run_lock
 from tff_hpo import run_status
 from tff_hpo import runtime
+from tff_hpo import state_disk
 from tff_hpo import stop_request
 from tff_hpo import sync
 from tff_hpo import wiring as wiring_lib
@@ -168,7 +170,8 @@ class Experiment:
     import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
     cfg = self.config
     created = run_dir_lib.prepare(cfg, self.task.dataset_label,
-                                  registry.default_settings())
+                                  registry.default_settings(),
+                                  self.task.data_fingerprint)
     try:
       checkpoints = checkpoint_lib.Checkpoints(cfg.run_dir,
                                                self.wiring.clients, self._log)
@@ -188,6 +191,11 @@ class Experiment:
             f'and its metrics.csv holds {done} rounds; pass it to train again '
             'from round 0 (rewriting them), or end the run at its rounds with '
             'python -m tff_hpo.close_run')
+      clients = self.wiring.clients
+      if isinstance(clients, client_states.StatefulClients):
+        state_disk.check(cfg, self.wiring.num_train_clients,
+                         clients.state_bytes(), clients.folder,
+                         ckpt.round_num)
       if ckpt.round_num > cfg.total_rounds:
         raise config_lib.ConfigError(
             f'--total_rounds: expected at least {ckpt.round_num} (the rounds '

@@ -19,6 +19,8 @@ from tff_hpo import cpu_kernels
 
 METRICS_CSV = 'metrics.csv'
 CONFIG_JSON = 'config.json'
+DATASET_TXT = 'dataset.txt'
+DATA_FINGERPRINT = 'data_fingerprint'  # In config.json: see prepare().
 CLIENT_STATES_DIR = 'client_states'  # See client_state_files.
 # Settings a resumed run may change: they do not alter the trajectory.
 RESUMABLE_CHANGES = frozenset({
@@ -31,33 +33,69 @@ LEGACY_VALUES = {'cpu_kernels': cpu_kernels.TF_DEFAULT}
 
 
 def prepare(config: config_lib.ExperimentConfig, dataset_label: str,
-            defaults: Mapping[str, Any]) -> bool:
+            defaults: Mapping[str, Any],
+            data_fingerprint: Optional[str] = None) -> bool:
   """Creates or checks the run dir; returns True if this call created it.
 
   `defaults` (every setting's default, by flag name) stand in for settings
   added since an existing run began, so runs of older versions resume;
-  `LEGACY_VALUES` instead where those runs did otherwise.
+  `LEGACY_VALUES` instead where those runs did otherwise. A run resumes
+  only on the data it began on: `data_fingerprint` (of the sources its
+  cache was built from, recorded in config.json) or, for runs from before
+  fingerprints, the dataset label in dataset.txt.
   """
   run_dir = config.run_dir
   config_path = os.path.join(run_dir, CONFIG_JSON)
+  saved_config = _read_json(config_path)
   # The checkpoints' own record first: config.json may be lost or edited.
-  for saved in (checkpoint.read_settings(run_dir), _read_json(config_path)):
+  for saved in (checkpoint.read_settings(run_dir), saved_config):
     if saved is not None:
       _check_same(config, saved, defaults)
-  if os.path.exists(config_path):
+  if saved_config is not None:
+    _check_same_data(config, saved_config, dataset_label, data_fingerprint)
     if checkpoint.read_settings(run_dir) is None:
       checkpoint.write_settings(run_dir, trajectory_settings(config))
+    if data_fingerprint and not saved_config.get(DATA_FINGERPRINT):
+      _write_config(config_path, {**saved_config,
+                                  DATA_FINGERPRINT: data_fingerprint})
     return False
   created = not os.path.exists(run_dir)
   os.makedirs(run_dir, exist_ok=True)
-  tmp = config_path + '.tmp'
-  with open(tmp, 'w') as f:
-    f.write(config.to_json())
-  os.replace(tmp, config_path)
-  with open(os.path.join(run_dir, 'dataset.txt'), 'w') as f:
+  _write_config(config_path, {**config.flat(),
+                              DATA_FINGERPRINT: data_fingerprint})
+  with open(os.path.join(run_dir, DATASET_TXT), 'w') as f:
     f.write(dataset_label + '\n')
   checkpoint.write_settings(run_dir, trajectory_settings(config))
   return created
+
+
+def _write_config(path: str, values: Mapping[str, Any]) -> None:
+  with open(path + '.tmp', 'w') as f:
+    json.dump(values, f, indent=1, sort_keys=True)
+  os.replace(path + '.tmp', path)
+
+
+def _check_same_data(config: config_lib.ExperimentConfig,
+                     saved: Mapping[str, Any], dataset_label: str,
+                     data_fingerprint: Optional[str]) -> None:
+  then = saved.get(DATA_FINGERPRINT)
+  label_path = os.path.join(config.run_dir, DATASET_TXT)
+  if then and data_fingerprint:
+    if then == data_fingerprint:
+      return
+    what = f'data {then}; {config.offline_data_dir} now holds {data_fingerprint}'
+  elif data_fingerprint and os.path.exists(label_path):  # A run from before.
+    with open(label_path) as f:
+      label = f.read().strip()
+    if label == dataset_label.strip():
+      return
+    what = f'"{label}"; now "{dataset_label}"'
+  else:
+    return
+  raise config_lib.ConfigError(
+      f'--offline_data_dir: {config.run_dir} was trained on other data '
+      f'({what}); pick a new --experiment_name, or end that run at its '
+      'rounds with python -m tff_hpo.close_run')
 
 
 def trajectory_settings(config: config_lib.ExperimentConfig

@@ -34,6 +34,7 @@ class Wiring:
   evaluator: evaluation.Evaluator
   host_communication: Optional[communication.PerClient]
   average_last_two: bool  # Evaluate the average of the last two iterates.
+  num_train_clients: int = 0
 
 
 def train_data(task: Any, per_example: bool) -> Any:
@@ -95,4 +96,5 @@ def build(config: config_lib.ExperimentConfig) -> Wiring:
                                      task.accuracy_metric,
                                      config.eval_clients, config.seed),
       host_communication=host_communication,
-      average_last_two=spec.eval_average_of_last_two(config))
+      average_last_two=spec.eval_average_of_last_two(config),
+      num_train_clients=len(train.client_ids))

@@ -66,7 +66,8 @@ def rows(arrays: dict[str, np.ndarray]):
       yield f'digits_only_{suffix}', client, proto
 
 
-def convert(source_path: str, target_path: str) -> None:
+def convert(source_path: str, target_path: str,
+            info: dict[str, str] | None = None) -> None:
   arrays = load_source(source_path)
   sqlite_cache.write_client_database(
-      target_path, rows(arrays), DESCRIPTION, source_path)
+      target_path, rows(arrays), DESCRIPTION, source_path, info)

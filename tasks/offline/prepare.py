@@ -1,7 +1,9 @@
 """Converts ../shared/datasets into the files TFF's loaders read from a cache.
 
-Idempotent: a cache file that exists is complete (each is written to a
-temporary name and renamed at the end), so it is left alone.
+Each cache records the manifest of the sources it was built from (names,
+sizes, SHA-256; `manifest.py`): when the set or content of the sources
+changes it is rebuilt, atomically (a temporary name renamed at the end), and
+the line printed says why; when nothing changed it is left alone.
 
   python -m tasks.offline.prepare --source_dir=../shared/datasets \
       --cache_dir=.cache/tff
@@ -9,62 +11,102 @@ temporary name and renamed at the end), so it is left alone.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
-from typing import Sequence
+from typing import Callable, Sequence
 
 from tasks.offline import emnist
+from tasks.offline import manifest
 from tasks.offline import shakespeare
 from tasks.offline import sqlite_cache
 from tasks.offline import stackoverflow
 
 DATASETS = ('emnist', 'stackoverflow', 'shakespeare')
+MANIFEST = 'manifest'
+FINGERPRINT = 'fingerprint'
 
 
-def _convert(name: str, source_dir: str, cache_dir: str) -> list[str]:
-  """Converts one dataset if needed; returns the cache files it owns."""
-  src = lambda rel: os.path.join(source_dir, rel)
-  dst = lambda rel: os.path.join(cache_dir, rel)
-  if name == 'emnist':
-    target = dst(emnist.FILENAME)
-    if not os.path.exists(target):
-      emnist.convert(src(emnist.SOURCE), target)
-    return [target]
-  if name == 'shakespeare':
-    target = dst(shakespeare.FILENAME)
-    if not os.path.exists(target):
-      shakespeare.convert(
-          {k: src(v) for k, v in shakespeare.SOURCES.items()}, target)
-    return [target]
-  if name == 'stackoverflow':
-    targets = [dst(stackoverflow.FILENAME), dst(stackoverflow.WORD_COUNT_FILENAME)]
-    if not all(os.path.exists(t) for t in targets):
-      stackoverflow.convert([src(p) for p in stackoverflow.XML_SOURCES],
-                            [src(p) for p in stackoverflow.TSV_SOURCES],
-                            *targets)
-    return targets
-  raise ValueError(f'unknown dataset {name!r}; expected one of {DATASETS}')
-
-
-def sources(name: str) -> list[str]:
-  """The files under the source folder that dataset `name` is made from."""
+def sources(name: str, source_dir: str) -> list[str]:
+  """The files under `source_dir` that dataset `name` is made from."""
   if name == 'emnist':
     return [emnist.SOURCE]
   if name == 'shakespeare':
     return list(shakespeare.SOURCES.values())
   if name == 'stackoverflow':
-    return list(stackoverflow.XML_SOURCES) + list(stackoverflow.TSV_SOURCES)
+    return stackoverflow.xml_sources(source_dir) + list(
+        stackoverflow.TSV_SOURCES)
   raise ValueError(f'unknown dataset {name!r}; expected one of {DATASETS}')
 
 
+def targets(name: str, cache_dir: str) -> list[str]:
+  """The cache files of dataset `name`; the first holds the manifest."""
+  names = {'emnist': [emnist.FILENAME], 'shakespeare': [shakespeare.FILENAME],
+           'stackoverflow': [stackoverflow.FILENAME,
+                             stackoverflow.WORD_COUNT_FILENAME]}
+  return [os.path.join(cache_dir, n) for n in names[name]]
+
+
+def _build(name: str, source_dir: str, files: list[str],
+           info: dict[str, str]) -> None:
+  src = lambda rel: os.path.join(source_dir, rel)
+  if name == 'emnist':
+    emnist.convert(src(emnist.SOURCE), files[0], info)
+  elif name == 'shakespeare':
+    shakespeare.convert({k: src(v) for k, v in shakespeare.SOURCES.items()},
+                        files[0], info)
+  else:
+    stackoverflow.convert(
+        [src(p) for p in stackoverflow.xml_sources(source_dir)],
+        [src(p) for p in stackoverflow.TSV_SOURCES], *files, info)
+
+
+def _convert(name: str, source_dir: str, cache_dir: str,
+             say: Callable[[str], None]) -> list[str]:
+  """Builds dataset `name`'s cache files unless they were built from the
+  sources as they are now; returns them."""
+  if name not in DATASETS:
+    raise ValueError(f'unknown dataset {name!r}; expected one of {DATASETS}')
+  wanted = sources(name, source_dir)
+  for rel in wanted:
+    sqlite_cache.check_source(os.path.join(source_dir, rel))
+  current = manifest.of(source_dir, wanted)
+  files = targets(name, cache_dir)
+  stored = sqlite_cache.read_info(files[0]).get(MANIFEST)
+  if stored is not None and all(os.path.exists(f) for f in files):
+    if stored == manifest.to_text(current):
+      return files
+    why = ('its sources changed: ' +
+           manifest.changes(json.loads(stored), current))
+  elif os.path.exists(files[0]):
+    why = 'it records no sources (made before manifests)'
+  else:
+    why = 'not built yet'
+  say(f'converting {name} into {files[0]}: {why}')
+  _build(name, source_dir, files, {MANIFEST: manifest.to_text(current),
+                                   FINGERPRINT: manifest.fingerprint(current)})
+  return files
+
+
+def fingerprint(cache_file: str) -> str | None:
+  """The fingerprint of the sources `cache_file` was built from, if known."""
+  return sqlite_cache.read_info(cache_file).get(FINGERPRINT)
+
+
 def prepare(source_dir: str, cache_dir: str,
-            datasets: Sequence[str] = DATASETS) -> list[str]:
-  """Makes sure TFF cache files for `datasets` exist under `cache_dir`."""
+            datasets: Sequence[str] = DATASETS,
+            say: Callable[[str], None] = print) -> list[str]:
+  """Makes sure TFF cache files for `datasets` exist under `cache_dir`, built
+  from the sources as they are now (atomically, saying why)."""
   if not os.path.isdir(source_dir):
     raise sqlite_cache.SourceDataError(
         f'offline data directory not found: {source_dir}')
+  for name in datasets:  # Every source checked before anything is created.
+    for rel in sources(name, source_dir):
+      sqlite_cache.check_source(os.path.join(source_dir, rel))
   os.makedirs(cache_dir, exist_ok=True)
-  return [f for name in datasets for f in _convert(name, source_dir, cache_dir)]
+  return [f for name in datasets
+          for f in _convert(name, source_dir, cache_dir, say)]
 
 
 def main(argv: Sequence[str]) -> int:

@@ -25,7 +25,8 @@ def read_snippets(path: str) -> dict[str, list[bytes]]:
         f'corrupt Shakespeare source file {path}: {e}') from e
 
 
-def convert(source_paths: dict[str, str], target_path: str) -> None:
+def convert(source_paths: dict[str, str], target_path: str,
+            info: dict[str, str] | None = None) -> None:
   by_split = {split: read_snippets(p) for split, p in source_paths.items()}
 
   def rows():
@@ -36,4 +37,4 @@ def convert(source_paths: dict[str, str], target_path: str) -> None:
               {'snippets': snippet})
 
   sqlite_cache.write_client_database(
-      target_path, rows(), DESCRIPTION, ', '.join(source_paths.values()))
+      target_path, rows(), DESCRIPTION, ', '.join(source_paths.values()), info)

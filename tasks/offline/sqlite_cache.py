@@ -67,8 +67,10 @@ def write_client_database(
     rows: Iterable[tuple[str, str, bytes]],
     description: str,
     source: str,
+    info: Mapping[str, str] | None = None,
 ) -> None:
-  """Writes (split_name, client_id, serialized_example) rows to `path`."""
+  """Writes (split_name, client_id, serialized_example) rows to `path`;
+  `info` adds keys to its `dataset_info` (the sources' manifest)."""
   with atomic_path(path) as tmp:
     conn = sqlite3.connect(tmp)
     try:
@@ -89,10 +91,29 @@ def write_client_database(
       conn.execute(
           'CREATE INDEX examples_by_client ON examples (client_id, split_name)')
       conn.executemany('INSERT INTO dataset_info VALUES (?, ?)',
-                       [('description', description), ('source', source)])
+                       [('description', description), ('source', source),
+                        *sorted((info or {}).items())])
       conn.commit()
     finally:
       conn.close()
+
+
+def read_info(path: str) -> dict[str, str]:
+  """The `dataset_info` of a cache we wrote ({} for TFF's own, or a file
+  that is not there)."""
+  if not os.path.exists(path):
+    return {}
+  conn = sqlite3.connect(f'file:{path}?mode=ro', uri=True)
+  try:
+    return dict(conn.execute('SELECT key, value FROM dataset_info'))
+  except sqlite3.OperationalError:
+    return {}
+  except sqlite3.DatabaseError as e:
+    raise SourceDataError(
+        f'{path}: not a readable SQLite cache ({e}); delete it and rerun '
+        '(it is rebuilt from --offline_data_dir)') from e
+  finally:
+    conn.close()
 
 
 def read_description(path: str) -> str:

@@ -7,7 +7,9 @@ one client per `OwnerUserId`, one example per post with the features `tokens`
 `creation_date`, split in time into train / heldout / test. We build the same
 schema from the Stack Exchange dumps under ../shared/datasets/stackexchange:
 
-* clients are `<site>_<OwnerUserId>` (sites are disjoint user namespaces);
+* every `*_Posts.xml` of the folder is read, and the two stackoverflow.com
+  `.tsv` samples; clients are `<site>_<OwnerUserId>` (sites are disjoint
+  user namespaces);
 * posts up to the 80th percentile of creation dates are train, later ones
   test (TFF cut at 2018-01-01; these sites end earlier); 10 % of the train
   users, chosen by a stable hash of the client id, form `heldout`;
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import collections
 import csv
+import glob
 import html
 import html.parser
 import os
@@ -31,17 +34,31 @@ from tasks.offline import sqlite_cache
 
 FILENAME = 'stackoverflow.sqlite'
 WORD_COUNT_FILENAME = 'stackoverflow.word_count'
-XML_SOURCES = ('stackexchange/matheducators_Posts.xml',
-               'stackexchange/bicycles_meta_Posts.xml',
-               'stackexchange/french_meta_Posts.xml')
+FOLDER = 'stackexchange'
+XML_PATTERN = '*_Posts.xml'
 TSV_SOURCES = ('stackexchange/stackoverflow_sample_questions.tsv',
                'stackexchange/stackoverflow_sample_answers.tsv')
-DESCRIPTION = ('Stack Exchange posts in Stack Overflow schema (matheducators, '
-               'bicycles meta, french meta, 200 stackoverflow.com posts); not '
-               'TFF\'s 342k-client Stack Overflow')
 TEST_QUANTILE = 0.8
 HELDOUT_PERCENT = 10
 _TOKEN = re.compile(r"[^\W_]+(?:'[^\W_]+)*|[^\w\s]", re.UNICODE)
+
+
+def xml_sources(source_dir: str) -> list[str]:
+  """Every site dump in the folder, relative to `source_dir`, by name."""
+  folder = os.path.join(source_dir, FOLDER)
+  return sorted(os.path.join(FOLDER, os.path.basename(p))
+                for p in glob.glob(os.path.join(folder, XML_PATTERN)))
+
+
+def description(num_sites: int, num_clients: int, per_split: dict[str, int],
+                tokens: int) -> str:
+  """The cache's one-line description: what it holds, counted (a client
+  with posts in several splits counts in each)."""
+  return (f'Stack Exchange posts in Stack Overflow schema: {num_sites} sites, '
+          f'{num_clients:,} clients ({per_split.get("train", 0):,} with train, '
+          f'{per_split.get("heldout", 0):,} heldout, {per_split.get("test", 0):,}'
+          f' with test posts), {tokens:,} tokens; not TFF\'s 342k-client Stack '
+          'Overflow')
 
 
 class Post(NamedTuple):
@@ -153,7 +170,7 @@ def word_counts(split_tokens: Iterable[tuple[str, str, str]]) -> list[
 
 
 def convert(xml_paths: list[str], tsv_paths: list[str], target_path: str,
-            word_count_path: str) -> None:
+            word_count_path: str, info: dict[str, str] | None = None) -> None:
   posts = [p for path in xml_paths for p in read_xml(path)]
   posts += [p for path in tsv_paths for p in read_tsv(path)]
   cutoff = test_cutoff(posts)
@@ -166,9 +183,14 @@ def convert(xml_paths: list[str], tsv_paths: list[str], target_path: str,
       'tokens': tokens.encode(), 'type': p.type.encode()}))
           for split, p, tokens in examples)
   counts = word_counts((s, p.client_id, t) for s, p, t in examples)
+  clients = collections.Counter(
+      split for split, _ in {(s, p.client_id) for s, p, _ in examples})
+  sites = {p.client_id.rsplit('_', 1)[0] for p in posts}
+  text = description(len(sites), len({p.client_id for _, p, _ in examples}),
+                     dict(clients), sum(len(t.split()) for _, _, t in examples))
   with sqlite_cache.atomic_path(word_count_path) as tmp:
     with open(tmp, 'w', encoding='utf-8') as f:
       f.writelines(f'{w} {c}\n' for w, c in counts)
     sqlite_cache.write_client_database(
-        target_path, rows, DESCRIPTION,
-        ', '.join(xml_paths + tsv_paths) + f'; test cutoff {cutoff}')
+        target_path, rows, text,
+        ', '.join(xml_paths + tsv_paths) + f'; test cutoff {cutoff}', info)

@@ -155,13 +155,13 @@ def test_prepare_is_idempotent(cache_dir):
 def test_missing_source_names_the_file(tmp_path):
   with pytest.raises(sqlite_cache.SourceDataError, match='femnist_leaf_subset'):
     prepare.prepare(str(tmp_path), str(tmp_path / 'cache'), ['emnist'])
-  assert not os.listdir(tmp_path / 'cache')
+  assert not (tmp_path / 'cache').exists()  # Checked before it is made.
 
 
 @pytest.mark.parametrize('name, rel', [
     ('emnist', emnist.SOURCE),
     ('shakespeare', shakespeare.SOURCES['train']),
-    ('stackoverflow', stackoverflow.XML_SOURCES[0]),
+    ('stackoverflow', 'stackexchange/matheducators_Posts.xml'),
 ])
 def test_corrupt_source_names_the_file_and_leaves_nothing(tmp_path, name, rel):
   source = tmp_path / 'src'
@@ -174,6 +174,52 @@ def test_corrupt_source_names_the_file_and_leaves_nothing(tmp_path, name, rel):
   with pytest.raises(sqlite_cache.SourceDataError, match=os.path.basename(rel)):
     prepare.prepare(str(source), str(cache), [name])
   assert os.listdir(cache) == []
+
+
+def _small_stackexchange(root, sites) -> str:
+  folder = root / 'stackexchange'
+  folder.mkdir(parents=True, exist_ok=True)
+  for name in sites + [os.path.basename(p) for p in stackoverflow.TSV_SOURCES]:
+    shutil.copy(os.path.join(SHARED_DATA, 'stackexchange', name), folder)
+    os.chmod(folder / name, 0o644)
+  return str(root)
+
+
+def test_stackoverflow_reads_every_site_and_rebuilds_when_sources_change(
+    tmp_path):
+  source = _small_stackexchange(tmp_path / 'src', ['coffee_meta_Posts.xml'])
+  cache = str(tmp_path / 'cache')
+  said = []
+  path = prepare.prepare(source, cache, ['stackoverflow'], said.append)[0]
+  assert said == [f'converting stackoverflow into {path}: not built yet']
+  label = sqlite_cache.read_description(path)
+  assert label.startswith('Stack Exchange posts in Stack Overflow schema: '
+                          '2 sites, ')  # coffee_meta and the .tsv samples.
+  first = prepare.fingerprint(path)
+  # Unchanged: left alone, nothing said.
+  before = os.stat(path).st_mtime_ns
+  prepare.prepare(source, cache, ['stackoverflow'], said.append)
+  assert len(said) == 1 and os.stat(path).st_mtime_ns == before
+  # A site added: rebuilt, saying which, with its clients.
+  _small_stackexchange(tmp_path / 'src', ['conlang_meta_Posts.xml'])
+  prepare.prepare(source, cache, ['stackoverflow'], said.append)
+  assert said[-1].endswith('its sources changed: 1 added '
+                           '(conlang_meta_Posts.xml)')
+  assert '3 sites' in sqlite_cache.read_description(path)
+  conn = sqlite3.connect(path)
+  ids = {c for (c,) in conn.execute('SELECT DISTINCT client_id FROM examples')}
+  conn.close()
+  assert any(c.startswith('conlang_meta_') for c in ids)
+  # A source's content changed: rebuilt again, another fingerprint.
+  xml = os.path.join(source, 'stackexchange', 'coffee_meta_Posts.xml')
+  with open(xml, 'r+b') as f:
+    text = f.read().replace(b'coffee', b'tea')
+    f.seek(0)
+    f.write(text)
+    f.truncate()
+  prepare.prepare(source, cache, ['stackoverflow'], said.append)
+  assert said[-1].endswith('1 changed (coffee_meta_Posts.xml)')
+  assert prepare.fingerprint(path) not in (first, None)
 
 
 def test_interrupted_write_leaves_no_file(tmp_path):
