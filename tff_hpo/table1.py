@@ -276,7 +276,8 @@ def row_targets(runs: Sequence[RunInfo]) -> dict[str, list[float]]:
   return targets
 
 
-def _band(ax, frames: list[pd.DataFrame], x: str, y: str, label: str) -> None:
+def _band(ax, frames: list[pd.DataFrame], x: str, y: str, label: str,
+          style: Optional[dict] = None) -> None:
   """Mean over seeds on the rounds all of them have, with a ± std band."""
   series = [f.dropna(subset=[y]) for f in frames]
   common = sorted(set.intersection(*(set(s['round']) for s in series)))
@@ -287,7 +288,8 @@ def _band(ax, frames: list[pd.DataFrame], x: str, y: str, label: str) -> None:
   xs = (np.array(common, float) if x == 'round' else
         np.mean([a[x].to_numpy(float) for a in aligned], axis=0))
   mean = ys.mean(axis=0)
-  line, = ax.plot(xs, mean, label=f'{label} (n={len(frames)})')
+  line, = ax.plot(xs, mean, label=f'{label} (n={len(frames)})',
+                  **(style or {}))
   if len(frames) > 1:
     std = ys.std(axis=0, ddof=1)
     ax.fill_between(xs, mean - std, mean + std, color=line.get_color(),
@@ -305,21 +307,34 @@ def figures(runs: Sequence[RunInfo], out_dir: str) -> list[str]:
   written = []
   for row in sorted({r.row for r in runs}):
     members = [r for r in runs if r.row == row]
+    algorithms = sorted({r.algorithm for r in members})
     fig, axes = plt.subplots(1, 5, figsize=(22, 4))
-    for algorithm in sorted({r.algorithm for r in members}):
+    # One colour per algorithm however many (tab20), and a dash for the
+    # second ten, so no two lines look alike.
+    styles = [dict(color=plt.cm.tab20(i % 20), linestyle='-' if i < 10
+                   else '--') for i in range(len(algorithms))]
+    for algorithm, style in zip(algorithms, styles):
       frames = [r.frame for r in members if r.algorithm == algorithm]
-      _band(axes[0], frames, 'round', 'eval/accuracy', algorithm)
+      _band(axes[0], frames, 'round', 'eval/accuracy', algorithm, style)
       _band(axes[1], frames, 'cost/examples_cumulative', 'eval/accuracy',
-            algorithm)
+            algorithm, style)
       for ax, (column, _) in zip(axes[2:], HPARAMS):
-        if all(column in f for f in frames):
-          _band(ax, frames, 'round', column, algorithm)
+        names = [report.hparam_column(f, column) for f in frames]
+        if all(names) and len(set(names)) == 1:
+          _band(ax, frames, 'round', names[0], algorithm, style)
     titles = ['test accuracy vs rounds', 'test accuracy vs examples',
               *(t for _, t in HPARAMS)]
     for ax, title in zip(axes, titles):
       ax.set_title(title, fontsize=9)
       ax.grid(alpha=0.3)
-      ax.legend(fontsize=7)
+      if ax.lines:
+        ax.legend(fontsize=7, ncol=2 if len(algorithms) > 6 else 1)
+    if members[0].task == 'emnist_cr':  # The targets, not the first rounds.
+      for ax in axes[:2]:
+        ax.set_ylim(0.6, 0.9)
+        for target in EMNIST_TARGETS:
+          ax.axhline(target, color='grey', linewidth=0.6, linestyle=':')
+    axes[1].xaxis.set_major_formatter(matplotlib.ticker.EngFormatter())
     axes[1].set_xlabel('examples processed')
     for ax in (axes[0], *axes[2:]):
       ax.set_xlabel('round')
