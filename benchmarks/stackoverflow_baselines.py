@@ -48,10 +48,11 @@ TARGET_RULE = ('the best of the constant, unigram and bigram models\' test '
 
 def sequences(client_data, preprocess_fn) -> Iterable[tuple[np.ndarray,
                                                            np.ndarray]]:
-  """(x, y) token-id batches of every client of `client_data`."""
-  for client in client_data.client_ids:
-    for x, y in preprocess_fn(client_data.create_tf_dataset_for_client(client)):
-      yield x.numpy(), y.numpy()
+  """(x, y) token-id batches of every example of `client_data`, through one
+  pipeline (one per client traces a function per client: minutes and GBs)."""
+  examples = client_data.create_tf_dataset_from_all_clients()
+  for x, y in preprocess_fn(examples):
+    yield x.numpy(), y.numpy()
 
 
 def accuracies(train: Iterable[tuple[np.ndarray, np.ndarray]],

@@ -116,6 +116,27 @@ def test_unreached_runs_count_once_ended_and_rows_pair_algorithms(tmp_path):
   assert '| 2 (1/2) | 4 (1/1) | > 0.50 |' in line
 
 
+def test_stack_overflow_target_follows_the_written_rule_on_its_corpus(
+    tmp_path, monkeypatch):
+  baselines = {'dataset': 'corpus B', 'data_fingerprint': 'b', 'metric': 'acc',
+               'counted_test_targets': 100, 'constant': 0.04, 'unigram': 0.04,
+               'bigram': 0.15, 'target': 0.17, 'target_rule': 'best + 0.02'}
+  path = tmp_path / 'baselines.json'
+  path.write_text(json.dumps(baselines))
+  monkeypatch.setattr(table1, 'SO_BASELINES', str(path))
+  root = tmp_path / 'runs'
+  for corpus, row in (('corpus A', 'old'), ('corpus B', 'new')):
+    run = _run(root, f'{row}_stackoverflow_baseline_fedavg_s0', [0.05, 0.2],
+               algorithm='fedavg', seed=0, task='stackoverflow_nwp')
+    (run / 'dataset.txt').write_text(corpus + '\n')
+  targets = table1.row_targets(table1.load_runs(str(root)))
+  assert targets['new_stackoverflow_baseline'] == [0.17]
+  assert targets['old_stackoverflow_baseline'] == [round(0.9 * 0.2, 4)]
+  text = table1.so_baselines_markdown(baselines)
+  assert '| bigram (the most frequent train successor of the last token) | ' \
+         '0.1500 |' in text and '**0.1700**' in text
+
+
 def test_budget_is_the_one_the_run_ended_with(tmp_path):
   # Started with --total_rounds=2, extended to 4 (config.json keeps 2).
   run = _run(tmp_path, 'authors_emnist_baseline_fedavg_s0', [0.1] * 4,
