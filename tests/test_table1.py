@@ -238,7 +238,7 @@ def test_write_readme_with_notes_table_and_figures(tmp_path):
        algorithm='fathom', seed=0)
   _run(tmp_path, 'authors_emnist_baseline_fedavg_s0', [0.5, 0.85],
        algorithm='fedavg', seed=0)
-  (tmp_path / 'NOTES.md').write_text('# Table 1, hand-made\n')
+  (tmp_path / 'METHOD.md').write_text('# Table 1, hand-made\n')
   text = open(table1.write(str(tmp_path))).read()
   assert text.startswith('# Table 1, hand-made')
   assert '- emnist_cr: hand-made' in text

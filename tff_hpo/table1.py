@@ -412,14 +412,14 @@ ALGORITHMS_NOTE = (
     'in the row\'s setting and pipeline; cells and ratios as in Table 1 '
     '(a ratio is the algorithm\'s mean over FedAvg\'s). Costs to target, '
     'not a tuning of these algorithms for this data.')
-NOTES_MD = 'NOTES.md'  # Hand-written: commands, budgets, status; goes first.
+METHOD_MD = 'METHOD.md'  # Hand-written: the method, commands, budgets, reading; goes first.
 
 
 def write(root: str) -> str:
-  """Writes <root>/README.md: <root>/NOTES.md, then the data, the table,
+  """Writes <root>/README.md: <root>/METHOD.md, then the data, the table,
   each run's progress and the figures, all from the run directories."""
   runs = load_runs(root)
-  notes = os.path.join(root, NOTES_MD)
+  notes = os.path.join(root, METHOD_MD)
   preamble = open(notes).read() if os.path.exists(notes) else '# Table 1'
 
   if not runs:
