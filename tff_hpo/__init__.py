@@ -18,7 +18,14 @@ is imported on first use, so `import tff_hpo` stays cheap):
 from __future__ import annotations
 
 import importlib
+import os
 from typing import Any
+
+# TensorFlow's C++ log, before anything imports TensorFlow: on a CPU machine
+# its start-up lines (CUDA factories) and grappler's are noise, some of them
+# at E level; its real errors reach Python as exceptions. A value already
+# set (the environment, a caller) wins.
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
 
 _EXPORTS = {
     'install_runtime': ('tff_hpo.runtime', 'install'),

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import gc
 import json
+import logging
 import os
 import re
 import shutil
@@ -77,7 +78,15 @@ class Checkpoints:
 
   def save(self, checkpoint: Checkpoint) -> None:
     self._clients.save(checkpoint.round_num)
-    sync.run(self._manager.save(list(checkpoint), checkpoint.round_num))
+    # tf.saved_model.save logs "INFO:tensorflow:Assets written to ..." per
+    # save wherever TensorFlow's logger is at INFO (a notebook kernel).
+    tf_logger = logging.getLogger('tensorflow')
+    level = tf_logger.level
+    tf_logger.setLevel(max(level, logging.WARNING))
+    try:
+      sync.run(self._manager.save(list(checkpoint), checkpoint.round_num))
+    finally:
+      tf_logger.setLevel(level)
     # TFF saves through tf.saved_model.save, which leaves the state's copies
     # (tf.Variables) in reference cycles; left to Python's rare full
     # collections, a model-sized copy piled up every checkpoint or two (the
