@@ -282,6 +282,14 @@ def test_unreadable_checkpoints_and_lost_config_do_not_trap_or_mix_runs(
   cfg = _config(tmp_path, cache_dir, total_rounds=3, rounds_per_eval=100,
                 rounds_per_checkpoint=1, eval_clients=2, experiment_name='c')
   experiment.Experiment(cfg, out=io.StringIO()).run()
+  # A budget below the rounds done is refused, not recorded as the status.
+  with pytest.raises(config_lib.ConfigError,
+                     match='--total_rounds: expected at least 3'):
+    experiment.Experiment(dataclasses.replace(cfg, total_rounds=2),
+                          out=io.StringIO()).run()
+  # What a save killed midway leaves goes at the next start.
+  partial = os.path.join(cfg.run_dir, 'checkpoints', 'program_state_4_tempab')
+  os.makedirs(partial)
   # The newest checkpoint unreadable: moved aside, round 3 trained and saved
   # again (it died at that save with ProgramStateExistsError, every time).
   _truncate_variables(cfg.run_dir, 3)
@@ -292,6 +300,7 @@ def test_unreadable_checkpoints_and_lost_config_do_not_trap_or_mix_runs(
   assert 'moved aside' in log.getvalue()
   assert 'resuming after round 2' in log.getvalue()
   assert os.path.isdir(os.path.join(checkpoints, 'unreadable_program_state_3'))
+  assert not os.path.exists(partial)
   assert [int(r['round']) for r in _rows(cfg)] == [1, 2, 3, 4]
   # config.json lost: the checkpoints' own record refuses another seed, and
   # nothing is written in its place.
