@@ -231,13 +231,12 @@ def main(argv: list[str]) -> int:
     return 2
   except Exception as e:  # pylint: disable=broad-except
     signum = stop_request.requested()
-    if signum is None and isinstance(e, worker_pool.WorkerLost):
+    if signum is not None:  # The stop stopped the worker under what ran.
+      return _stopped(stop_request.Stopped(signum), cfg)
+    if isinstance(e, worker_pool.WorkerLost):
       print(f'error: {e}', file=sys.stderr)
       return 1
-    if signum is None:
-      raise
-    # The stop stopped the worker under whatever was running.
-    return _stopped(stop_request.Stopped(signum), cfg)
+    raise
   except KeyboardInterrupt:  # Before the handler was installed.
     return _stopped(stop_request.Stopped(signal.SIGINT), cfg)
   finally:

@@ -141,40 +141,49 @@ def test_command_passes_seed_name_budget_and_early_stop(tmp_path):
                      '--total_rounds=600']
 
 
-def test_a_second_interrupt_kills_runs_that_do_not_stop(tmp_path):
-  stubborn = tmp_path / 'stubborn_runner.py'
+def _interrupted_sweep(tmp_path, handlers: str, interrupts: int
+                       ) -> tuple[int, float, str]:
+  """A sweep of one run whose runner sets signal `handlers` (Python lines)
+  and sleeps; `interrupts` SIGINTs reach the sweep, a second apart, from
+  when the runner is ready. (exit code, seconds, what the sweep said)."""
+  runner = tmp_path / 'runner.py'
   ready = tmp_path / 'ready'
-  stubborn.write_text(textwrap.dedent(f'''
-      import signal, time
-      signal.signal(signal.SIGINT, signal.SIG_IGN)
-      signal.signal(signal.SIGTERM, signal.SIG_IGN)
-      open({str(ready)!r}, 'w').close()
-      time.sleep(120)
-  '''))
+  runner.write_text('import signal, sys, time\n' + textwrap.dedent(handlers) +
+                    f'open({str(ready)!r}, "w").close()\ntime.sleep(120)\n')
   out = io.StringIO()
   s = sweep.Sweep(sweep.plan([_flagfile(tmp_path, 'a')], [0]),
                   str(tmp_path / 'root'),
-                  parallel=1, runner=[sys.executable, str(stubborn)], out=out)
+                  parallel=1, runner=[sys.executable, str(runner)], out=out)
 
-  def interrupt_twice():
+  def interrupt():
     while not ready.exists():
       time.sleep(0.05)
-    for _ in range(2):  # The first while running, the second while stopping.
+    for _ in range(interrupts):
       time.sleep(1.0)
       os.kill(os.getpid(), signal.SIGINT)
 
   # A shell's background job starts with SIGINT ignored, and Python then
   # installs no KeyboardInterrupt handler: the test sets it.
   previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-  threading.Thread(target=interrupt_twice, daemon=True).start()
+  threading.Thread(target=interrupt, daemon=True).start()
   started = time.monotonic()
   try:
-    assert s.run() == 130
+    code = s.run()
   finally:
     signal.signal(signal.SIGINT, previous)
-  assert time.monotonic() - started < 60  # Not the runner's 120 s.
-  assert 'killed the runs still stopping' in out.getvalue()
-  pid = int(re.search(r'\(pid (\d+)\)', out.getvalue()).group(1))
+  return code, time.monotonic() - started, out.getvalue()
+
+
+def test_a_second_interrupt_kills_runs_that_do_not_stop(tmp_path):
+  # The first while running, the second while stopping.
+  code, seconds, said = _interrupted_sweep(tmp_path, """
+      signal.signal(signal.SIGINT, signal.SIG_IGN)
+      signal.signal(signal.SIGTERM, signal.SIG_IGN)
+  """, interrupts=2)
+  assert code == 130
+  assert seconds < 60  # Not the runner's 120 s.
+  assert 'killed the runs still stopping' in said
+  pid = int(re.search(r'\(pid (\d+)\)', said).group(1))
   with pytest.raises(ChildProcessError):
     os.waitpid(pid, os.WNOHANG)  # Reaped: no child left behind.
 
@@ -183,35 +192,13 @@ def test_one_interrupt_stops_the_runner_by_sigterm_and_the_sweep_at_once(
     tmp_path):
   # A runner keeps an inherited ignored SIGINT ignored (a shell's background
   # job): the sweep's stop must reach it as SIGTERM, and one is enough.
-  runner = tmp_path / 'runner.py'
-  ready = tmp_path / 'ready'
-  runner.write_text(textwrap.dedent(f'''
-      import signal, sys, time
+  code, seconds, said = _interrupted_sweep(tmp_path, """
       signal.signal(signal.SIGINT, signal.SIG_IGN)
       signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-      open({str(ready)!r}, 'w').close()
-      time.sleep(120)
-  '''))
-  out = io.StringIO()
-  s = sweep.Sweep(sweep.plan([_flagfile(tmp_path, 'a')], [0]),
-                  str(tmp_path / 'root'),
-                  parallel=1, runner=[sys.executable, str(runner)], out=out)
-
-  def interrupt_once():
-    while not ready.exists():
-      time.sleep(0.05)
-    time.sleep(0.5)
-    os.kill(os.getpid(), signal.SIGINT)
-
-  previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-  threading.Thread(target=interrupt_once, daemon=True).start()
-  started = time.monotonic()
-  try:
-    assert s.run() == 130
-  finally:
-    signal.signal(signal.SIGINT, previous)
-  assert time.monotonic() - started < 30
-  assert 'killed' not in out.getvalue()
+  """, interrupts=1)
+  assert code == 130
+  assert seconds < 30
+  assert 'killed' not in said
 
 
 def _partial(root, name, rounds, planned=300):

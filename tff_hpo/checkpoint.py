@@ -18,13 +18,13 @@ directory whose config.json was lost cannot resume under other settings
 from __future__ import annotations
 
 import gc
-import json
 import logging
 import os
 import re
 import shutil
 from typing import Any, Callable, Mapping, NamedTuple, Optional
 
+from tff_hpo import json_files
 from tff_hpo import state_migration
 from tff_hpo import sync
 
@@ -40,20 +40,13 @@ _PARTIAL = re.compile(re.escape(_PREFIX) + r'\d+_temp')
 
 def read_settings(run_dir: str) -> Optional[dict[str, Any]]:
   """The settings the run's checkpoints were trained under, if recorded."""
-  path = os.path.join(run_dir, CHECKPOINT_DIR, SETTINGS_JSON)
-  if not os.path.exists(path):
-    return None
-  with open(path) as f:
-    return json.load(f)
+  return json_files.read(os.path.join(run_dir, CHECKPOINT_DIR, SETTINGS_JSON))
 
 
 def write_settings(run_dir: str, settings: Mapping[str, Any]) -> None:
   folder = os.path.join(run_dir, CHECKPOINT_DIR)
   os.makedirs(folder, exist_ok=True)
-  path = os.path.join(folder, SETTINGS_JSON)
-  with open(path + '.tmp', 'w') as f:
-    json.dump(settings, f, indent=1, sort_keys=True)
-  os.replace(path + '.tmp', path)
+  json_files.write(os.path.join(folder, SETTINGS_JSON), settings)
 
 
 class Checkpoint(NamedTuple):

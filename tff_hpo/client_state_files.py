@@ -101,6 +101,15 @@ class ClientStateFiles:
                             for a in tf.nest.flatten(self._template))
     self._versions = self._scan(trim_after=None)
 
+  @property
+  def folder(self) -> str:
+    return self._folder
+
+  @property
+  def state_bytes(self) -> int:
+    """The size of one client's state (its arrays)."""
+    return self._state_bytes
+
   def __len__(self) -> int:
     return len(self._versions)
 

@@ -97,13 +97,7 @@ class StatefulClients:
     self._next = next_fn
     self.next_with_state_files = next_with_state_files
     self.store = client_state_files.ClientStateFiles(folder, initial)
-    self.folder = folder
-    self._initial = initial
     self._round = 0
-
-  def state_bytes(self) -> int:
-    """The size of one client's state."""
-    return sum(np.asarray(x).nbytes for x in tf.nest.flatten(self._initial()))
 
   def round(self, state: Any, client_ids: list[str]) -> tuple[Any, Any]:
     round_num = self._round + 1

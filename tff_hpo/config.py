@@ -131,9 +131,6 @@ def check_writable_dir(flag: str, path: str) -> None:
         f'--{flag}: cannot write under {probe!r}: {e.strerror}') from e
 
 
-def _check_writable_root(path: str) -> None:
-  check_writable_dir('output_root', path)
-
 
 def _with_options(config: ExperimentConfig, option_types: tuple[type, ...],
                   defaults: Mapping[str, object]) -> ExperimentConfig:
@@ -243,7 +240,7 @@ def resolve(config: ExperimentConfig, task_names: tuple[str, ...],
              f'an executable TFF worker_binary ({problem})',
              config.worker_binary)
   _check_workers(config, spec)
-  _check_writable_root(config.output_root)
+  check_writable_dir('output_root', config.output_root)
   return config
 
 

@@ -194,7 +194,7 @@ class Experiment:
       clients = self.wiring.clients
       if isinstance(clients, client_states.StatefulClients):
         state_disk.check(cfg, self.wiring.num_train_clients,
-                         clients.state_bytes(), clients.folder,
+                         clients.store.state_bytes, clients.store.folder,
                          ckpt.round_num)
       if ckpt.round_num > cfg.total_rounds:
         raise config_lib.ConfigError(

@@ -9,13 +9,13 @@ settings, except those a resumed run may change.
 from __future__ import annotations
 
 import csv
-import json
 import os
 from typing import Any, Mapping, Optional
 
 from tff_hpo import checkpoint
 from tff_hpo import config as config_lib
 from tff_hpo import cpu_kernels
+from tff_hpo import json_files
 
 METRICS_CSV = 'metrics.csv'
 CONFIG_JSON = 'config.json'
@@ -46,33 +46,28 @@ def prepare(config: config_lib.ExperimentConfig, dataset_label: str,
   """
   run_dir = config.run_dir
   config_path = os.path.join(run_dir, CONFIG_JSON)
-  saved_config = _read_json(config_path)
+  saved_config = json_files.read(config_path)
+  saved_settings = checkpoint.read_settings(run_dir)
   # The checkpoints' own record first: config.json may be lost or edited.
-  for saved in (checkpoint.read_settings(run_dir), saved_config):
+  for saved in (saved_settings, saved_config):
     if saved is not None:
       _check_same(config, saved, defaults)
   if saved_config is not None:
     _check_same_data(config, saved_config, dataset_label, data_fingerprint)
-    if checkpoint.read_settings(run_dir) is None:
+    if saved_settings is None:
       checkpoint.write_settings(run_dir, trajectory_settings(config))
     if data_fingerprint and not saved_config.get(DATA_FINGERPRINT):
-      _write_config(config_path, {**saved_config,
-                                  DATA_FINGERPRINT: data_fingerprint})
+      json_files.write(config_path, {**saved_config,
+                                     DATA_FINGERPRINT: data_fingerprint})
     return False
   created = not os.path.exists(run_dir)
   os.makedirs(run_dir, exist_ok=True)
-  _write_config(config_path, {**config.flat(),
-                              DATA_FINGERPRINT: data_fingerprint})
+  json_files.write(config_path, {**config.flat(),
+                                 DATA_FINGERPRINT: data_fingerprint})
   with open(os.path.join(run_dir, DATASET_TXT), 'w') as f:
     f.write(dataset_label + '\n')
   checkpoint.write_settings(run_dir, trajectory_settings(config))
   return created
-
-
-def _write_config(path: str, values: Mapping[str, Any]) -> None:
-  with open(path + '.tmp', 'w') as f:
-    json.dump(values, f, indent=1, sort_keys=True)
-  os.replace(path + '.tmp', path)
 
 
 def _check_same_data(config: config_lib.ExperimentConfig,
@@ -103,13 +98,6 @@ def trajectory_settings(config: config_lib.ExperimentConfig
   """The settings a resumed run must keep."""
   return {k: v for k, v in config.flat().items()
           if k not in RESUMABLE_CHANGES}
-
-
-def _read_json(path: str) -> Optional[dict[str, Any]]:
-  if not os.path.exists(path):
-    return None
-  with open(path) as f:
-    return json.load(f)
 
 
 def _check_same(config: config_lib.ExperimentConfig, saved: Mapping[str, Any],

@@ -14,6 +14,8 @@ import json
 import os
 from typing import Any, Optional
 
+from tff_hpo import json_files
+
 STATUS_JSON = 'status.json'
 
 
@@ -29,19 +31,12 @@ def write(run_dir: str, *, last_round: int, stopped_early: bool,
 
 
 def _write(run_dir: str, status: dict[str, Any]) -> None:
-  path = os.path.join(run_dir, STATUS_JSON)
-  with open(path + '.tmp', 'w') as f:
-    json.dump(status, f, indent=1)
-  os.replace(path + '.tmp', path)
+  json_files.write(os.path.join(run_dir, STATUS_JSON), status, sort_keys=False)
 
 
 def read(run_dir: str) -> Optional[dict[str, Any]]:
   """The run's status, or None while it has not ended."""
-  path = os.path.join(run_dir, STATUS_JSON)
-  if not os.path.exists(path):
-    return None
-  with open(path) as f:
-    return json.load(f)
+  return json_files.read(os.path.join(run_dir, STATUS_JSON))
 
 
 def has_ended(run_dir: str, total_rounds: Optional[int] = None) -> bool:

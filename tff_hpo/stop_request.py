@@ -67,9 +67,3 @@ def check() -> None:
   """Raises `Stopped` if a stop was asked for."""
   if _requested is not None:
     raise Stopped(_requested)
-
-
-def reset() -> None:
-  """Forgets a request (tests)."""
-  global _requested
-  _requested = None

@@ -20,6 +20,8 @@ import tempfile
 import time
 from typing import Any, Mapping, Optional
 
+import psutil
+
 from tff_hpo import parent_death
 
 READY_TIMEOUT_S = 60.0
@@ -173,20 +175,10 @@ def remove_stale_logs() -> None:
   folder = tempfile.gettempdir()
   for entry in os.scandir(folder):
     found = _STALE_LOG.match(entry.name)
-    if not found or _alive(int(found.group(1))):
+    if not found or psutil.pid_exists(int(found.group(1))):
       continue
     try:
       if entry.stat().st_size == 0:
         os.remove(entry.path)
     except OSError:
       pass
-
-
-def _alive(pid: int) -> bool:
-  try:
-    os.kill(pid, 0)
-  except ProcessLookupError:
-    return False
-  except PermissionError:
-    return True
-  return True

@@ -65,12 +65,7 @@ def _convert(name: str, source_dir: str, cache_dir: str,
              say: Callable[[str], None]) -> list[str]:
   """Builds dataset `name`'s cache files unless they were built from the
   sources as they are now; returns them."""
-  if name not in DATASETS:
-    raise ValueError(f'unknown dataset {name!r}; expected one of {DATASETS}')
-  wanted = sources(name, source_dir)
-  for rel in wanted:
-    sqlite_cache.check_source(os.path.join(source_dir, rel))
-  current = manifest.of(source_dir, wanted)
+  current = manifest.of(source_dir, sources(name, source_dir))
   files = targets(name, cache_dir)
   stored = sqlite_cache.read_info(files[0]).get(MANIFEST)
   if stored is not None and all(os.path.exists(f) for f in files):

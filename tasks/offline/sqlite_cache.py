@@ -118,16 +118,4 @@ def read_info(path: str) -> dict[str, str]:
 
 def read_description(path: str) -> str:
   """The `dataset_info` description of a cache we wrote, or '' for TFF's own."""
-  conn = sqlite3.connect(f'file:{path}?mode=ro', uri=True)
-  try:
-    row = conn.execute(
-        "SELECT value FROM dataset_info WHERE key = 'description'").fetchone()
-  except sqlite3.OperationalError:
-    return ''
-  except sqlite3.DatabaseError as e:
-    raise SourceDataError(
-        f'{path}: not a readable SQLite cache ({e}); delete it and rerun '
-        '(it is rebuilt from --offline_data_dir)') from e
-  finally:
-    conn.close()
-  return row[0] if row else ''
+  return read_info(path).get('description', '')
