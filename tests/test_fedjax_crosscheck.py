@@ -21,7 +21,7 @@ from tff_hpo import report
 
 NPZ = os.path.join(SHARED_DATA, femnist.NPZ)
 TFF_RUN = os.path.join(ROOT, 'results', 'table1',
-                       'authors_emnist_baseline_fedavg_s0')
+                       'authors_kerasinit_emnist_baseline_fedavg_s0')
 
 
 def test_few_writers_load_with_the_npz_split():

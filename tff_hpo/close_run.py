@@ -1,7 +1,7 @@
 """Closes unfinished runs at the rounds they have, with a reason.
 
   python -m tff_hpo.close_run --reason='checkpoint lost with the machine' \
-      results/table1/authors_emnist_ncpr200_fathom_s0
+      results/table1/authors_kerasinit_emnist_ncpr200_fathom_s0
 
 A run longer than the machines that train it (checkpoints stay on a machine)
 would otherwise show as pending in the report and restart from round 0 in

@@ -7,7 +7,7 @@ this project's authors'-pipeline runs, one difference at a time.
 Reads the run directories of `run.py` (`<root>/<implementation>_s<seed>`),
 the project's runs of each pipeline variant (`<root>/differences/
 <algorithm>_<variant>_s<seed>`) and the committed Table 1 runs of the
-pipeline as it stood (`results/table1/authors_emnist_baseline_<algorithm>_s
+pipeline as it stood (`results/table1/authors_kerasinit_emnist_baseline_<algorithm>_s
 <seed>`, variant `as_it_stood`). Writes `comparison.md` (test accuracy at
 rounds 10-100, mean ± std over seeds, and rounds to 80 / 85 % per seed)
 and `comparison.png`. Numbers only from run files; a group with fewer
@@ -55,7 +55,7 @@ def groups(root: str, table1: str) -> dict[tuple[str, str], list[str]]:
         found.setdefault((algorithm, label), []).append(d)
   for algorithm in ('fedavg', 'fathom'):
     stood = sorted(glob.glob(os.path.join(
-        table1, f'authors_emnist_baseline_{algorithm}_s[0-9]')))
+        table1, f'authors_kerasinit_emnist_baseline_{algorithm}_s[0-9]')))
     if stood:
       found[(algorithm, VARIANTS['as_it_stood'])] = stood
     for variant, label in VARIANTS.items():
