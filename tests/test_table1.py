@@ -233,6 +233,42 @@ def test_every_algorithm_of_a_row_with_costs_and_ratios_to_fedavg(tmp_path):
       '| scaffold | pending | pending | pending | pending | NA / NA / NA |']
 
 
+def test_rerun_rows_set_new_old_and_authors_code_ratios_side_by_side(
+    tmp_path):
+  table, crosscheck = tmp_path / 'table1', tmp_path / 'fedjax_crosscheck'
+  # Rounds to 0.8: now FATHOM 2 / FedAvg 4 (0.50), before 3 / 4 (0.75),
+  # the authors' code 2 / 5 (0.40) against FedJAX and 2 / 4 (0.50) at eta_h 0.
+  _run(table, 'authors_emnist_baseline_fathom_s0', [0.5, 0.8],
+       algorithm='fathom', seed=0)
+  _run(table, 'authors_emnist_baseline_fedavg_s0', [0.5, 0.6, 0.7, 0.8],
+       algorithm='fedavg', seed=0)
+  _run(table, 'authors_kerasinit_emnist_baseline_fathom_s0', [0.5, 0.6, 0.8],
+       algorithm='fathom', seed=0)
+  _run(table, 'authors_kerasinit_emnist_baseline_fedavg_s0',
+       [0.5, 0.6, 0.7, 0.8], algorithm='fedavg', seed=0)
+  # A row not rerun yet: only its old runs.
+  _run(table, 'authors_kerasinit_emnist_bs4_fathom_s0', [0.8],
+       algorithm='fathom', seed=0)
+  _run(table, 'authors_kerasinit_emnist_bs4_fedavg_s0', [0.5, 0.8],
+       algorithm='fedavg', seed=0)
+  _run(crosscheck, 'authors_fathom_s0', [0.5, 0.8], algorithm='fathom', seed=0)
+  _run(crosscheck, 'authors_fathom_s1', [0.5], algorithm='fathom', seed=1,
+       ended=False)  # Still training: not counted.
+  _run(crosscheck, 'fedjax_fedavg_s0', [0.5, 0.6, 0.7, 0.7, 0.8],
+       algorithm='fedavg', seed=0)
+  _run(crosscheck, 'authors_fathom_eta_h0_s0', [0.5, 0.6, 0.7, 0.8],
+       algorithm='fedavg', seed=0)
+  pairs = table1.crosscheck_pairs(str(crosscheck))
+  text = table1.rerun_markdown(table1.load_runs(str(table)), pairs)
+  lines = text.splitlines()
+  assert ('| authors_emnist_baseline | 0.8 | 0.50 / 0.50 (1 + 1) | '
+          '0.75 / 0.75 (1 + 1) | 0.40 / 0.40 (1 + 1) | 0.50 / 0.50 (1 + 1) |'
+          ) in lines
+  assert ('| authors_emnist_bs4 | 0.8 | - | 0.50 / 0.50 (1 + 1) | - | - |'
+          ) in lines
+  assert table1.crosscheck_pairs(str(tmp_path / 'absent')) == {}
+
+
 def test_write_readme_with_notes_table_and_figures(tmp_path):
   _run(tmp_path, 'authors_emnist_baseline_fathom_s0', [0.5, 0.9],
        algorithm='fathom', seed=0)

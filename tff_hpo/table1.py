@@ -16,6 +16,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 from typing import Optional, Sequence
 
 import numpy as np
@@ -41,6 +42,18 @@ COSTS = (('rounds', 'round'), ('examples', 'cost/examples_cumulative'),
          ('seconds', 'train_seconds'))
 HPARAMS = report.HPARAMS
 PAIRED = ('fathom', 'fedavg')  # Table 1's two columns, first in every listing.
+# Row prefix of the authors' pipeline as it ran before it drew the CNN's
+# kernels as FedJAX does (the runs' old name was `authors_...`).
+KERAS_INIT = 'authors_kerasinit_'
+# The authors' own code and FedJAX's FedAvg, run on the authors' EMNIST flags
+# (benchmarks/fedjax_crosscheck): the baseline row's third implementation.
+CROSSCHECK = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'results',
+    'fedjax_crosscheck')
+CROSSCHECK_ROW = 'authors_emnist_baseline'
+# FedAvg beside the authors' FATHOM (`authors_fathom_s<seed>`), by run prefix.
+CROSSCHECK_FEDAVG = (('FedJAX fed_avg', 'fedjax_fedavg_s'),
+                     ('their FATHOM at eta_h = 0', 'authors_fathom_eta_h0_s'))
 
 
 @dataclasses.dataclass
@@ -294,6 +307,61 @@ def algorithms_markdown(runs: Sequence[RunInfo],
   return '\n\n'.join(sections)
 
 
+def crosscheck_pairs(root: str = CROSSCHECK
+                     ) -> dict[str, tuple[list[RunInfo], list[RunInfo]]]:
+  """FedAvg label -> (the authors' FATHOM runs, that FedAvg's runs), for
+  each FedAvg of `CROSSCHECK_FEDAVG` that has runs beside FATHOM's."""
+  if not os.path.isdir(root):
+    return {}
+  runs = load_runs(root)
+  fathom = [r for r in runs if re.fullmatch(r'authors_fathom_s\d+', r.name)]
+  pairs = {}
+  for label, prefix in CROSSCHECK_FEDAVG:
+    fedavg = [r for r in runs if re.fullmatch(rf'{prefix}\d+', r.name)]
+    if fathom and fedavg:
+      pairs[label] = (fathom, fedavg)
+  return pairs
+
+
+def rerun_markdown(runs: Sequence[RunInfo],
+                   pairs: dict[str, tuple[list[RunInfo], list[RunInfo]]]
+                   ) -> str:
+  """Per row of the authors' EMNIST pipeline rerun with FedJAX's kernels:
+  FATHOM / FedAvg ratios now and as the row first ran (Keras' kernels), and
+  on the baseline row the authors' code's own ratios. A cell gives the ratio
+  of rounds, then of examples, then the runs counted (FATHOM + FedAvg: those
+  that reached the target or ended)."""
+  def cell(fathom: Sequence[RunInfo], fedavg: Sequence[RunInfo],
+           target: float) -> str:
+    if not (fathom and fedavg):
+      return '-'
+    a, b = summarize(fathom, target), summarize(fedavg, target)
+    return (f'{ratio(a["rounds"], b["rounds"])} / '
+            f'{ratio(a["examples"], b["examples"])} '
+            f'({a["rounds"].counted} + {b["rounds"].counted})')
+
+  def paired(row: str) -> list[list[RunInfo]]:
+    return [[r for r in runs if r.row == row and r.algorithm == a]
+            for a in PAIRED]
+
+  lines = ['| row | target | FedJAX kernels (now) | Keras kernels (before) | ' +
+           ' | '.join(f"authors' code: FATHOM / {label}"
+                      for label, _ in CROSSCHECK_FEDAVG) + ' |',
+           '|' + '---|' * (4 + len(CROSSCHECK_FEDAVG))]
+  for old in sorted({r.row for r in runs if r.row.startswith(KERAS_INIT)}):
+    row = 'authors_' + old[len(KERAS_INIT):]
+    if not all(paired(old)):
+      continue
+    for target in EMNIST_TARGETS:
+      authors = [cell(*pairs[label], target)
+                 if row == CROSSCHECK_ROW and label in pairs else '-'
+                 for label, _ in CROSSCHECK_FEDAVG]
+      lines.append(f'| {row} | {target:.3g} | {cell(*paired(row), target)} | '
+                   f'{cell(*paired(old), target)} | ' + ' | '.join(authors) +
+                   ' |')
+  return '\n'.join(lines) if len(lines) > 2 else ''
+
+
 def row_targets(runs: Sequence[RunInfo]) -> dict[str, list[float]]:
   targets = {}
   for row in {r.row for r in runs}:
@@ -412,6 +480,14 @@ ALGORITHMS_NOTE = (
     'in the row\'s setting and pipeline; cells and ratios as in Table 1 '
     '(a ratio is the algorithm\'s mean over FedAvg\'s). Costs to target, '
     'not a tuning of these algorithms for this data.')
+RERUN_HEAD = (
+    '## The authors\' EMNIST pipeline, FedJAX\'s kernels against Keras\'\n\n'
+    'FATHOM / FedAvg ratios of rounds / examples to the target (read as in '
+    'Table 1), for each row as rerun with the CNN\'s kernels drawn as '
+    'FedJAX draws them (`authors_emnist_*`) and as it first ran '
+    '(`authors_kerasinit_emnist_*`); in brackets the runs counted, FATHOM '
+    '+ FedAvg. On the baseline row, the same ratios of the authors\' FedJAX '
+    'code (`results/fedjax_crosscheck`, 300 rounds, no early stop).\n\n')
 METHOD_MD = 'METHOD.md'  # Hand-written: the method, commands, budgets, reading; goes first.
 
 
@@ -435,6 +511,8 @@ def write(root: str) -> str:
       '## Table 1 (mean ± std over seeds that reached the target; '
       '(k/n): k reached of n counted)\n\n' + RATIO_NOTE + '\n\n' +
       table_markdown(runs, targets),
+      *([RERUN_HEAD + rerun] if (rerun := rerun_markdown(
+          runs, crosscheck_pairs())) else []),
       '## Every algorithm on a row\n\n' + ALGORITHMS_NOTE + '\n\n' +
       (algorithms_markdown(runs, targets) or 'No row has run them yet.'),
       '## Runs\n\n' + status_markdown(runs),

@@ -6,9 +6,10 @@ this project's authors'-pipeline runs, one difference at a time.
 
 Reads the run directories of `run.py` (`<root>/<implementation>_s<seed>`),
 the project's runs of each pipeline variant (`<root>/differences/
-<algorithm>_<variant>_s<seed>`) and the committed Table 1 runs of the
-pipeline as it stood (`results/table1/authors_kerasinit_emnist_baseline_<algorithm>_s
-<seed>`, variant `as_it_stood`). Writes `comparison.md` (test accuracy at
+<algorithm>_<variant>_s<seed>`) and Table 1's baseline runs of the
+authors' pipeline: as it stood (`results/table1/authors_kerasinit_emnist_
+baseline_<algorithm>_s<seed>`, Keras' kernels) and as it is now
+(`authors_emnist_baseline_...`, FedJAX's kernels, run to the early stop). Writes `comparison.md` (test accuracy at
 rounds 10-100, mean ± std over seeds, and rounds to 80 / 85 % per seed)
 and `comparison.png`. Numbers only from run files; a group with fewer
 seeds than asked says so.
@@ -38,8 +39,12 @@ REFERENCES = {  # Directory prefix -> (algorithm, label).
     'authors_fathom_eta_h0': ('fedavg', 'authors\' code, fathom_eta_h = 0'),
     'authors_fathom': ('fathom', 'authors\' code'),
 }
+TABLE1 = {  # Table 1's run prefix -> label.
+    'authors_kerasinit_emnist_baseline':
+        'ours, as it stood (Keras init, TFF batches)',
+    'authors_emnist_baseline': 'ours, Table 1 now (FedJAX init, TFF batches)',
+}
 VARIANTS = {
-    'as_it_stood': 'ours, as it stood (Keras init, TFF batches)',
     'init': 'ours, --emnist_model_init=fedjax',
     'batching': 'ours, --client_batching=fedjax',
     'init_batching': 'ours, both',
@@ -54,10 +59,11 @@ def groups(root: str, table1: str) -> dict[tuple[str, str], list[str]]:
       if re.fullmatch(rf'{prefix}_s\d+', os.path.basename(d)):
         found.setdefault((algorithm, label), []).append(d)
   for algorithm in ('fedavg', 'fathom'):
-    stood = sorted(glob.glob(os.path.join(
-        table1, f'authors_kerasinit_emnist_baseline_{algorithm}_s[0-9]')))
-    if stood:
-      found[(algorithm, VARIANTS['as_it_stood'])] = stood
+    for prefix, label in TABLE1.items():
+      dirs = sorted(glob.glob(os.path.join(
+          table1, f'{prefix}_{algorithm}_s[0-9]')))
+      if dirs:
+        found[(algorithm, label)] = dirs
     for variant, label in VARIANTS.items():
       dirs = sorted(glob.glob(os.path.join(
           root, 'differences', f'{algorithm}_{variant}_s[0-9]')))

@@ -27,7 +27,6 @@ COLUMNS = (
     'time/round_seconds', 'eval/accuracy', 'eval/loss', 'eval/num_examples')
 CONFIG_JSON = 'config.json'
 METRICS_CSV = 'metrics.csv'
-STATUS_JSON = 'status.json'
 DATASET_TXT = 'dataset.txt'
 STATE = 'state.pickle'
 
