@@ -8,7 +8,7 @@ CACHE ?= .cache/tff
 STAMP := $(VENV)/.installed
 # Set-up steps import TensorFlow: keep its C++ start-up lines (CUDA probing
 # on a CPU machine) out of the output. Training and tests keep TF's errors.
-QUIET := TF_CPP_MIN_LOG_LEVEL=3
+QUIET := TF_CPP_MIN_LOG_LEVEL=2
 
 .PHONY: setup data run test test-fast benchmark peers-env benchmark-peers fedjax-env clean
 

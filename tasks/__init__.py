@@ -14,6 +14,11 @@ import random
 from types import ModuleType
 from typing import Callable, Optional
 
+from tff_hpo import tf_startup
+
+tf_startup.install()  # Before the task modules import TensorFlow.
+
+# pylint: disable=g-import-not-at-top,wrong-import-position
 from tasks import client_examples
 from tasks import initializers
 from tasks import emnist

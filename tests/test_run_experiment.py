@@ -79,6 +79,9 @@ def test_normal_exit_leaves_no_worker(tmp_path, cache_dir):
     time.sleep(0.2)
   out, err = proc.communicate()
   assert proc.returncode == 0, err
+  # A quiet start: the project's line first, TensorFlow's CUDA noise gone.
+  assert out.startswith(f'TFF worker: {override}'), out[:300]
+  assert 'Unable to register' not in err, err
   assert workers, 'the runner never started a TFF worker'
   assert commands == {str(override)}
   assert f'TFF worker: {override} (override) | devices: CPU only' in out

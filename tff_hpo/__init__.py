@@ -21,11 +21,11 @@ import importlib
 import os
 from typing import Any
 
-# TensorFlow's C++ log, before anything imports TensorFlow: on a CPU machine
-# its start-up lines (CUDA factories) and grappler's are noise, some of them
-# at E level; its real errors reach Python as exceptions. A value already
-# set (the environment, a caller) wins.
-os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
+from tff_hpo import tf_startup
+
+# Before anything imports TensorFlow: its C++ errors shown, its INFO and
+# WARNING lines and its spurious CUDA start-up lines not.
+tf_startup.install()
 
 _EXPORTS = {
     'install_runtime': ('tff_hpo.runtime', 'install'),
