@@ -15,29 +15,66 @@ import signal
 import sys
 from typing import Any, Optional
 
-# TensorFlow's C++ log: its start-up lines ("Unable to register cuDNN
-# factory ...") and grappler's "Failed to detect the fetch node(s)" under
-# several workers are E-level noise on a CPU machine; its real errors reach
-# Python as exceptions. Likewise gRPC's fork warnings. Set either variable to
-# see them.
-os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
+# gRPC's fork warnings under several workers are noise; set it to see them.
 os.environ.setdefault('GRPC_VERBOSITY', 'ERROR')
+
+# Before TensorFlow: its C++ errors shown, its known-spurious ones dropped.
+from tff_hpo import tf_startup  # pylint: disable=g-import-not-at-top
+tf_startup.filter_runner_stderr()
 
 from tff_hpo import malloc_limits  # pylint: disable=g-import-not-at-top
 malloc_limits.limit_this_process()  # Before TensorFlow starts its threads.
+
+from tff_hpo import config as config_lib  # pylint: disable=g-import-not-at-top
+from tff_hpo import run_lock  # pylint: disable=g-import-not-at-top
+
+# Flag defaults the busy-run check needs before the flags are defined.
+DEFAULTS = {'task': 'emnist_cr', 'algorithm': 'fedavg', 'seed': '0',
+            'output_root': 'runs', 'experiment_name': ''}
+
+
+def refuse_a_busy_run_dir(argv: list[str]) -> None:
+  """Exits 2 at once, before TensorFlow's imports (seconds), when the run
+  directory the flags name (flagfiles expanded, the last value winning) is
+  in use by another process. `run_lock.hold` checks again once the flags
+  are parsed; this only answers sooner."""
+  from absl import flags  # pylint: disable=g-import-not-at-top
+  try:
+    args = flags.FlagValues().read_flags_from_files(argv[1:], force_gnu=False)
+  except flags.Error:
+    return  # The parser says what is wrong with the flagfile.
+  values = dict(DEFAULTS)
+  for i, arg in enumerate(args):
+    name, eq, value = arg.lstrip('-').partition('=')
+    if arg.startswith('--') and name in values:
+      if eq:
+        values[name] = value
+      elif i + 1 < len(args):
+        values[name] = args[i + 1]
+  name = values['experiment_name'] or config_lib.default_experiment_name(
+      values['task'], values['algorithm'], values['seed'])
+  try:
+    run_lock.check_free(os.path.join(values['output_root'], name))
+  except run_lock.RunDirectoryBusy as e:
+    print(f'error: {e}', file=sys.stderr)
+    sys.exit(2)
+
+
+if __name__ == '__main__':
+  refuse_a_busy_run_dir(sys.argv)
 
 from absl import app  # pylint: disable=g-import-not-at-top
 from absl import flags
 from absl import logging
 
 import tasks
-from tff_hpo import config as config_lib
 from tff_hpo import cpu_kernels
 from tff_hpo.algorithms import registry
 
-_TASK = flags.DEFINE_string('task', 'emnist_cr', f'One of {sorted(tasks.TASKS)}.')
+_TASK = flags.DEFINE_string('task', DEFAULTS['task'],
+                            f'One of {sorted(tasks.TASKS)}.')
 _ALGORITHM = flags.DEFINE_string(
-    'algorithm', 'fedavg', 'One of: ' + '; '.join(
+    'algorithm', DEFAULTS['algorithm'], 'One of: ' + '; '.join(
         f'{s.name} ({s.help.rstrip(".")})' for s in registry.SPECS.values())
     + '.')
 _ROUNDS = flags.DEFINE_integer('total_rounds', None,
@@ -62,7 +99,8 @@ _SERVER_OPT = flags.DEFINE_string(
 _SERVER_LR = flags.DEFINE_float('server_learning_rate', None,
                                 'Server learning rate.')
 _SERVER_MOMENTUM = flags.DEFINE_float(
-    'server_momentum', 0.9, 'Momentum (beta_1) of sgdm / adam / yogi / adagrad.')
+    'server_momentum', 0.9,
+    'Momentum (beta_1) of sgdm / adam / yogi / adagrad.')
 _SERVER_EPSILON = flags.DEFINE_float(
     'server_epsilon', None, 'Adaptivity tau of adam / yogi / adagrad '
     '(default: Reddi et al.\'s tuned value for the task).')
@@ -72,11 +110,13 @@ _SERVER_ACCUMULATOR = flags.DEFINE_float(
     'server_initial_accumulator', None,
     'v_-1 of adam / yogi / adagrad (default: --server_epsilon squared, as '
     'Reddi et al.).')
-_SEED = flags.DEFINE_integer('seed', 0, 'Seed for sampling, init and shuffling.')
-_OUTPUT_ROOT = flags.DEFINE_string('output_root', 'runs',
+_SEED = flags.DEFINE_integer('seed', int(DEFAULTS['seed']),
+                             'Seed for sampling, init and shuffling.')
+_OUTPUT_ROOT = flags.DEFINE_string('output_root', DEFAULTS['output_root'],
                                    'Directory holding experiment directories.')
-_NAME = flags.DEFINE_string('experiment_name', '',
-                            'Run directory name (default: task_algorithm_sSEED).')
+_NAME = flags.DEFINE_string(
+    'experiment_name', DEFAULTS['experiment_name'],
+    'Run directory name (default: task_algorithm_sSEED).')
 _EVAL_EVERY = flags.DEFINE_integer('rounds_per_eval', 10,
                                    'Evaluate on test clients every N rounds.')
 _CKPT_EVERY = flags.DEFINE_integer('rounds_per_checkpoint', 10,
@@ -206,7 +246,6 @@ def main(argv: list[str]) -> int:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
   logging.set_verbosity(logging.WARNING)  # Keras/TF info lines hide progress.
   from tasks.offline import sqlite_cache  # pylint: disable=g-import-not-at-top
-  from tff_hpo import run_lock  # pylint: disable=g-import-not-at-top
   from tff_hpo import runtime  # pylint: disable=g-import-not-at-top
   from tff_hpo import stop_request  # pylint: disable=g-import-not-at-top
   from tff_hpo import worker_pool  # pylint: disable=g-import-not-at-top
@@ -215,6 +254,7 @@ def main(argv: list[str]) -> int:
   try:
     cfg = tasks.resolve_config(config_from_flags())
     with run_lock.hold(cfg.run_dir):  # Before building: a busy dir ends here.
+      tasks.check_clients_per_round(cfg)  # Before the worker and the data.
       runtime.install(worker_binary=cfg.worker_binary or None,
                       workers=cfg.workers,
                       worker_addresses=config_lib.worker_addresses(cfg),

@@ -113,6 +113,23 @@ def _check_data_dirs(config) -> None:
           'no such file')
 
 
+def check_clients_per_round(config) -> None:
+  """Before a worker starts or data loads: `--clients_per_round` against
+  the train clients of the offline data's cache (converted first if it
+  must be). With TFF's downloads the check waits for the data
+  (`wiring.build`)."""
+  from tff_hpo import config as config_lib  # pylint: disable=g-import-not-at-top
+  from tasks.offline import prepare  # pylint: disable=g-import-not-at-top
+  from tasks.offline import sqlite_cache  # pylint: disable=g-import-not-at-top
+  if not config.offline_data_dir:
+    return
+  module = TASKS[config.task]
+  files = prepare.prepare(config.offline_data_dir, config.cache_dir,
+                          [module.OFFLINE_DATASET])
+  config_lib.check_clients_per_round(
+      config, sqlite_cache.count_clients(files[0], module.TRAIN_SPLIT))
+
+
 def load(name: str, *, batch_size: int, epochs: int,
          max_examples: Optional[int], cache_dir: str, offline_data_dir: str,
          seed: Optional[int], per_example: bool = False,

@@ -13,6 +13,7 @@ from tasks.defaults import Tuned
 
 NAME = 'emnist_cr'
 OFFLINE_DATASET = 'emnist'
+TRAIN_SPLIT = 'all_train'  # Its train clients' split in the cache file.
 ACCURACY_METRIC = 'sparse_categorical_accuracy'
 TFF_SEEDS_SHUFFLE = True  # debug_seed
 # Reddi et al.: client lr 10^-1, server SGD lr 10^0, batch 20, 10 clients;

@@ -10,6 +10,7 @@ from tasks.defaults import TaskDefaults
 
 NAME = 'shakespeare'
 OFFLINE_DATASET = 'shakespeare'
+TRAIN_SPLIT = 'train'  # Its train clients' split in the cache file.
 ACCURACY_METRIC = 'accuracy'
 TFF_SEEDS_SHUFFLE = False
 # Reddi et al.: FedAvg client lr 10^0, server lr 10^0, batch 4, 10 clients.

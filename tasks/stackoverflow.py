@@ -25,6 +25,7 @@ from tasks.defaults import Tuned
 
 NAME = 'stackoverflow_nwp'
 OFFLINE_DATASET = 'stackoverflow'
+TRAIN_SPLIT = 'train'  # Its train clients' split in the cache file.
 ACCURACY_METRIC = 'accuracy_without_out_of_vocab_or_end_of_sentence'
 TFF_SEEDS_SHUFFLE = False
 WORD_COUNT_FILENAME = 'stackoverflow.word_count'

@@ -170,6 +170,7 @@ def test_bad_input_stops_before_training_in_one_line(tmp_path, cache_dir,
       ('error', 'usage', 'Traceback', '  File', 'USAGE'))]
   assert len(lines) == 1 and lines[0].startswith('error: '), err
   assert message in lines[0], err
+  assert 'TFF worker' not in out  # Refused before a worker started.
   assert 'round' not in out
   assert not (tmp_path / 'runs' / 'bad').exists()
   assert not (tmp_path / 'runs' / '.bad.lock').exists()  # No trace left.
@@ -178,14 +179,31 @@ def test_bad_input_stops_before_training_in_one_line(tmp_path, cache_dir,
 def test_busy_run_directory_is_refused_at_once(tmp_path):
   from tff_hpo import run_lock  # pylint: disable=g-import-not-at-top
   run_dir = str(tmp_path / 'runs' / 'busy')
+  # At once: before TensorFlow is imported (seconds), which here would fail.
+  stub = tmp_path / 'no_tensorflow' / 'tensorflow'
+  stub.mkdir(parents=True)
+  (stub / '__init__.py').write_text('raise SystemExit("TensorFlow imported")')
   with run_lock.hold(run_dir):  # As a live runner would.
-    proc = _start(tmp_path, '--experiment_name=busy')
-    out, err = proc.communicate(timeout=300)
+    proc = _start(tmp_path, '--experiment_name=busy',
+                  env={'PYTHONPATH': f'{stub.parent}{os.pathsep}{ROOT}'})
+    out, err = proc.communicate(timeout=60)
   assert proc.returncode == 2, err
   last = err.strip().splitlines()[-1]
   assert last == (f'error: --experiment_name: run directory {run_dir} is in '
                   f'use by pid {os.getpid()}; wait for it or stop it')
   assert 'round' not in out and not os.path.exists(run_dir)
+
+
+def test_unreachable_worker_address_is_one_line_and_exit_2(tmp_path):
+  proc = _start(tmp_path, '--worker_addresses=localhost:1',
+                '--cpu_kernels=tf_default', '--experiment_name=far',
+                env={'TFF_HPO_WORKER_READY_TIMEOUT': '2'})
+  out, err = proc.communicate(timeout=120)
+  assert proc.returncode == 2, err
+  assert err.strip().splitlines() == [
+      'error: --worker_addresses: TFF worker at localhost:1 not ready after '
+      '2 s'], err
+  assert 'round' not in out
 
 
 def test_unwritable_output_root(tmp_path):

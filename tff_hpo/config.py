@@ -107,6 +107,16 @@ class ExperimentConfig:
     return json.dumps(self.flat(), indent=1, sort_keys=True)
 
 
+def check_clients_per_round(config: ExperimentConfig,
+                            train_clients: int) -> None:
+  _require(config.clients_per_round <= train_clients, 'clients_per_round',
+           f'at most {train_clients} (the train clients of {config.task})',
+           config.clients_per_round)
+
+
+def default_experiment_name(task: str, algorithm: str, seed: int) -> str:
+  return f'{task}_{algorithm}_s{seed}'
+
 def _require(ok: bool, flag: str, expected: str, got: object) -> None:
   if not ok:
     raise ConfigError(f'--{flag}: expected {expected}, got {got!r}')
@@ -175,7 +185,8 @@ def resolve(config: ExperimentConfig, task_names: tuple[str, ...],
   filled = {k: v for k, v in defaults.items()
             if hasattr(config, k) and getattr(config, k) is None}
   if not config.experiment_name:
-    filled['experiment_name'] = f'{config.task}_{config.algorithm}_s{config.seed}'
+    filled['experiment_name'] = default_experiment_name(
+        config.task, config.algorithm, config.seed)
   config = dataclasses.replace(config, **filled)
   config = _with_options(config, option_types, defaults)
 

@@ -38,16 +38,28 @@ def _acquire(path: str, run_dir: str):
     fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
   except BlockingIOError:
     f.seek(0)
-    owner = f.read().strip() or 'unknown'
+    owner = f.read()
     f.close()
-    raise RunDirectoryBusy(
-        f'--experiment_name: run directory {run_dir} is in use by pid '
-        f'{owner}; wait for it or stop it') from None
+    raise _busy(run_dir, owner) from None
   f.seek(0)
   f.truncate()
   f.write(f'{os.getpid()}\n')
   f.flush()
   return f
+
+
+def _busy(run_dir: str, owner: str) -> RunDirectoryBusy:
+  return RunDirectoryBusy(
+      f'--experiment_name: run directory {run_dir} is in use by pid '
+      f'{owner.strip() or "unknown"}; wait for it or stop it')
+
+
+def check_free(run_dir: str) -> None:
+  """Raises `RunDirectoryBusy` if another process holds the run
+  directory's lock; creates nothing."""
+  if is_held_elsewhere(run_dir):
+    with open(lock_path(run_dir)) as f:
+      raise _busy(run_dir, f.read())
 
 
 def is_held_elsewhere(run_dir: str) -> bool:

@@ -1,15 +1,21 @@
-"""TensorFlow's import, without the start-up lines it prints in error on a
-CPU machine.
+"""TensorFlow without the lines it prints in error on a CPU machine.
 
 TensorFlow 2.14's pip build registers its CUDA factories twice and says so
 at E level on every import ("Unable to register cuDNN factory: ...", and the
-same for cuFFT and cuBLAS), with or without a GPU. Raising
+same for cuFFT and cuBLAS), with or without a GPU; under TFF's mergeable-form
+context (`--workers` > 1) grappler logs, also at E level, dozens of times a
+round that it skips functions without fetch nodes. Raising
 TF_CPP_MIN_LOG_LEVEL to 3 would hide them, and every real error with them.
-Instead, `install()` keeps the level at 2 (errors shown, TensorFlow's INFO
-and WARNING lines not) and filters the process's stderr, at the file
-descriptor, only while `tensorflow` is first imported, dropping exactly
-those lines; everything else is written back in order when the import ends,
-however it ends.
+Instead the level stays at 2 (errors shown, TensorFlow's INFO and WARNING
+lines not) and exactly those lines are dropped from stderr, at the file
+descriptor:
+
+- `install()` (the library: `tff_hpo`, `tasks`, notebooks): only while
+  `tensorflow` is first imported; everything else is written back in order
+  when the import ends, however it ends.
+- `filter_runner_stderr()` (the runner): for the rest of the process,
+  through a `grep -v` in a session of its own, which forwards whatever the
+  process wrote even after a crash or a signal ends it.
 """
 
 from __future__ import annotations
@@ -19,6 +25,8 @@ import importlib.abc
 import importlib.machinery
 import os
 import re
+import shutil
+import subprocess
 import sys
 import tempfile
 from typing import Any, Iterator, Optional, Sequence
@@ -26,6 +34,12 @@ from typing import Any, Iterator, Optional, Sequence
 SPURIOUS = re.compile(
     rb'Unable to register (cuDNN|cuFFT|cuBLAS) factory: Attempting to '
     rb'register factory for plugin \w+ when one has already been registered')
+# The same lines as an extended regular expression, for grep, plus grappler's.
+SPURIOUS_ERE = (
+    'Unable to register (cuDNN|cuFFT|cuBLAS) factory: Attempting to register '
+    'factory for plugin [A-Za-z]+ when one has already been registered|'
+    r'grappler_item_builder\.cc:[0-9]+\] Failed to detect the fetch node\(s\), '
+    'skipping this input')
 DEFAULT_LOG_LEVEL = '2'
 
 
@@ -91,6 +105,30 @@ class _TensorFlowFinder(importlib.abc.MetaPathFinder):
           spec.loader = _FilteredLoader(spec.loader)
         return spec
     return None
+
+
+def filter_runner_stderr() -> Optional[subprocess.Popen]:
+  """From now on this process's stderr (file descriptor 2, so children and
+  TensorFlow's C++ too) goes through `grep -v` of `SPURIOUS_ERE` to where it
+  went before. The filter is in its own session, so a Ctrl-C meant for the
+  runner does not kill it first, and it ends when the last writer has
+  closed. Returns it, or None where grep is missing (nothing filtered)."""
+  grep = shutil.which('grep')
+  if grep is None:
+    return None
+  sys.stderr.flush()
+  read, write = os.pipe()
+  target = os.dup(2)
+  try:
+    proc = subprocess.Popen([grep, '--line-buffered', '-v', '-E',
+                             SPURIOUS_ERE], stdin=read, stdout=target,
+                            start_new_session=True)
+  finally:
+    os.close(read)
+    os.close(target)
+  os.dup2(write, 2)
+  os.close(write)
+  return proc
 
 
 def install() -> None:

@@ -64,11 +64,7 @@ def build(config: config_lib.ExperimentConfig) -> Wiring:
       model_init=config.emnist_model_init, batching=config.client_batching)
   data = task.baseline.datasets
   train = train_data(task, spec.per_example_data)
-  if config.clients_per_round > len(train.client_ids):
-    raise config_lib.ConfigError(
-        f'--clients_per_round: expected at most {len(train.client_ids)} '
-        f'(the train clients of {config.task}), got '
-        f'{config.clients_per_round}')
+  config_lib.check_clients_per_round(config, len(train.client_ids))
   process = spec.build(config, task.model_fn, len(train.client_ids))
   host_communication = registry.host_side_communication(spec, task.model_fn)
   if isinstance(process, composer.StatefulClientsProcess):

@@ -25,6 +25,8 @@ import psutil
 from tff_hpo import parent_death
 
 READY_TIMEOUT_S = 60.0
+# Seconds to wait for a worker to answer, instead of READY_TIMEOUT_S.
+READY_TIMEOUT_ENV = 'TFF_HPO_WORKER_READY_TIMEOUT'
 _GRPC_OPTIONS = [
     ('grpc.max_message_length', 2 * 1000 * 1000 * 1000),
     ('grpc.max_receive_message_length', 2 * 1000 * 1000 * 1000),
@@ -115,8 +117,23 @@ def _name(index: int, count: int) -> str:
   return f'worker {index + 1} of {count}' if count > 1 else 'worker'
 
 
+def ready_timeout() -> float:
+  text = os.environ.get(READY_TIMEOUT_ENV)
+  if text is None:
+    return READY_TIMEOUT_S
+  try:
+    value = float(text)
+  except ValueError:
+    value = -1.0
+  if not value > 0:
+    raise ValueError(f'{READY_TIMEOUT_ENV}: expected positive seconds, got '
+                     f'{text!r}')
+  return value
+
+
 def _wait_ready(worker: Worker) -> None:
-  deadline = time.monotonic() + READY_TIMEOUT_S
+  timeout = ready_timeout()
+  deadline = time.monotonic() + timeout
   while not worker.stub.is_ready:
     if worker.process is not None and worker.process.poll() is not None:
       raise RuntimeError(
@@ -126,7 +143,7 @@ def _wait_ready(worker: Worker) -> None:
       where = f'; see {worker.log}' if worker.log else ''
       error = WorkerUnreachable if worker.process is None else RuntimeError
       raise error(f'TFF {worker.name} at {worker.address} not ready after '
-                  f'{READY_TIMEOUT_S:.0f} s{where}')
+                  f'{timeout:g} s{where}')
     time.sleep(0.1)
 
 

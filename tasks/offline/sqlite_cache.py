@@ -116,6 +116,14 @@ def read_info(path: str) -> dict[str, str]:
     conn.close()
 
 
+def count_clients(path: str, split: str) -> int:
+  """Clients of `split` in a cache file (TFF's `client_metadata` table)."""
+  with contextlib.closing(sqlite3.connect(f'file:{path}?mode=ro',
+                                          uri=True)) as db:
+    return db.execute('SELECT COUNT(*) FROM client_metadata WHERE '
+                      'split_name = ?', (split,)).fetchone()[0]
+
+
 def read_description(path: str) -> str:
   """The `dataset_info` description of a cache we wrote, or '' for TFF's own."""
   return read_info(path).get('description', '')
