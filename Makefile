@@ -20,7 +20,7 @@ $(STAMP): requirements.txt requirements-tff.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check -r requirements.txt
 	$(PY) -m pip install -q --disable-pip-version-check --no-deps -r requirements-tff.txt
-	$(QUIET) $(PY) -m tff_hpo.runtime --self-check
+	$(QUIET) $(PY) -m tff_hpo.execution.runtime --self-check
 	$(PY) -m ipykernel install --user --name tff_hpo --display-name "tff_hpo (.venv)" >/dev/null
 	touch $@
 

@@ -19,14 +19,14 @@ from typing import Any, Optional
 os.environ.setdefault('GRPC_VERBOSITY', 'ERROR')
 
 # Before TensorFlow: its C++ errors shown, its known-spurious ones dropped.
-from tff_hpo import tf_startup  # pylint: disable=g-import-not-at-top
+from tff_hpo.execution import tf_startup  # pylint: disable=g-import-not-at-top
 tf_startup.filter_runner_stderr()
 
-from tff_hpo import malloc_limits  # pylint: disable=g-import-not-at-top
+from tff_hpo.execution import malloc_limits  # pylint: disable=g-import-not-at-top
 malloc_limits.limit_this_process()  # Before TensorFlow starts its threads.
 
 from tff_hpo import config as config_lib  # pylint: disable=g-import-not-at-top
-from tff_hpo import run_lock  # pylint: disable=g-import-not-at-top
+from tff_hpo.runs import run_lock  # pylint: disable=g-import-not-at-top
 
 # Flag defaults the busy-run check needs before the flags are defined.
 DEFAULTS = {'task': 'emnist_cr', 'algorithm': 'fedavg', 'seed': '0',
@@ -68,7 +68,7 @@ from absl import flags
 from absl import logging
 
 import tasks
-from tff_hpo import cpu_kernels
+from tff_hpo.execution import cpu_kernels
 from tff_hpo.algorithms import registry
 
 _TASK = flags.DEFINE_string('task', DEFAULTS['task'],
@@ -246,9 +246,9 @@ def main(argv: list[str]) -> int:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
   logging.set_verbosity(logging.WARNING)  # Keras/TF info lines hide progress.
   from tasks.offline import sqlite_cache  # pylint: disable=g-import-not-at-top
-  from tff_hpo import runtime  # pylint: disable=g-import-not-at-top
-  from tff_hpo import stop_request  # pylint: disable=g-import-not-at-top
-  from tff_hpo import worker_pool  # pylint: disable=g-import-not-at-top
+  from tff_hpo.execution import runtime  # pylint: disable=g-import-not-at-top
+  from tff_hpo.execution import stop_request  # pylint: disable=g-import-not-at-top
+  from tff_hpo.execution import worker_pool  # pylint: disable=g-import-not-at-top
   stop_request.install()
   cfg = None
   try:
@@ -303,7 +303,7 @@ def main_then_exit(argv: list[str]) -> int:
   """`main`; after a stop, exits at once: the run is saved and its workers
   are gone, and TensorFlow's teardown at interpreter exit takes seconds
   that a process manager (or a user at Ctrl-C) should not wait for."""
-  from tff_hpo import stop_request  # pylint: disable=g-import-not-at-top
+  from tff_hpo.execution import stop_request  # pylint: disable=g-import-not-at-top
   code = main(argv)
   if stop_request.requested() is not None:
     sys.stdout.flush()

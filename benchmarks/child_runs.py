@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from tff_hpo import parent_death  # pylint: disable=g-import-not-at-top
+from tff_hpo.execution import parent_death  # pylint: disable=g-import-not-at-top
 
 
 def add_flags(parser: argparse.ArgumentParser,
@@ -88,7 +88,7 @@ def train(settings: dict[str, Any], on_round: Callable[[int, dict], None],
   (`prepare(experiment)` first, if given); returns the dataset label. Owns
   the TFF runtime for the run."""
   from tff_hpo import config as config_lib  # pylint: disable=g-import-not-at-top
-  from tff_hpo import runtime  # pylint: disable=g-import-not-at-top
+  from tff_hpo.execution import runtime  # pylint: disable=g-import-not-at-top
   # First: its malloc limits act before TF's threads.
   runtime.install(cpu_kernels=settings.get(
       'cpu_kernels', config_lib.ExperimentConfig.cpu_kernels))
@@ -114,13 +114,13 @@ def train(settings: dict[str, Any], on_round: Callable[[int, dict], None],
 def worker_rss_bytes(field: str = 'VmRSS') -> int:
   """Resident memory of the run's TFF workers (`VmHWM`: their peaks)."""
   from benchmarks import outputs  # pylint: disable=g-import-not-at-top
-  from tff_hpo import runtime  # pylint: disable=g-import-not-at-top
+  from tff_hpo.execution import runtime  # pylint: disable=g-import-not-at-top
   return sum(outputs.rss_bytes(p, field) for p in runtime.worker_pids())
 
 
 def worker_cpu_seconds() -> tuple[float, float]:
   """User and system CPU seconds of the run's TFF workers so far (/proc)."""
-  from tff_hpo import runtime  # pylint: disable=g-import-not-at-top
+  from tff_hpo.execution import runtime  # pylint: disable=g-import-not-at-top
   user = system = 0
   for pid in runtime.worker_pids():
     with open(f'/proc/{pid}/stat') as f:

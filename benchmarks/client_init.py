@@ -4,7 +4,7 @@
       [--algorithms=fedavg,fathom] [--pairs=2] [--rounds=8]
 
 TFF runs a client model's initialisers for every client before assigning the
-broadcast weights; `tff_hpo.model_init.skip_random_init` starts those
+broadcast weights; `tff_hpo.algorithms.model_init.skip_random_init` starts those
 variables at zero instead. For each task and algorithm, runs with the
 initialisers (`skip_random_init` replaced by the identity in the child) and
 without them alternate, each in its own process, on the same seeded clients
@@ -34,7 +34,7 @@ def child(args) -> int:
   """One run; prints a JSON row per round, then the dataset label."""
   task, algorithm, mode = args.child.split(':')
   if mode == 'initialised':
-    from tff_hpo import model_init  # pylint: disable=g-import-not-at-top
+    from tff_hpo.algorithms import model_init  # pylint: disable=g-import-not-at-top
     model_init.skip_random_init = lambda model_fn: model_fn
 
   def record(round_num, metrics):
@@ -94,7 +94,7 @@ def main() -> int:
             for a, b in pairs]
   outputs.write(args.out_dir, 'client_init', {
       'benchmark': 'round time with the client models\' random '
-                   'initialisation skipped / run (tff_hpo.model_init)',
+                   'initialisation skipped / run (tff_hpo.algorithms.model_init)',
       'machine': outputs.machine(),
       'timed_rounds_per_run': args.rounds - args.warmup,
       'runs': runs, 'ratios': ratios}, rows)

@@ -31,7 +31,7 @@ MB = 2**20
 
 def _in_memory_store(initial):
   """The earlier runner's store: every state in a dict, for comparison."""
-  from tff_hpo import client_states  # pylint: disable=g-import-not-at-top
+  from tff_hpo.rounds import client_states  # pylint: disable=g-import-not-at-top
 
   class InMemory(client_states.ClientStateStore):
 

@@ -3,7 +3,7 @@
   python benchmarks/malloc_settings.py [--groups=emnist_cr:fedavg:20,...]
       [--modes=limits,glibc,arena2,mmap32m] [--pairs=1] [--rounds=8]
 
-`tff_hpo.malloc_limits` was chosen on EMNIST soaks (memory kept flat for 2 %
+`tff_hpo.execution.malloc_limits` was chosen on EMNIST soaks (memory kept flat for 2 %
 of a step's time). A Stack Overflow FATHOM run of Table 1 was then seen (once,
 by the session that wrote this) to spend 43 % of its worker's CPU time in
 the kernel with those settings, and 6 % without.
@@ -11,7 +11,7 @@ This benchmark runs each group (task:algorithm:batch size, 10 clients per
 round, clients cut to 128 examples, seed 0) under each mode, one process
 each, the modes of a pair back to back:
 
-- `limits`: tff_hpo.malloc_limits as they are (2 arenas, buffers of 1 MiB
+- `limits`: tff_hpo.execution.malloc_limits as they are (2 arenas, buffers of 1 MiB
   and more mapped and unmapped at each allocation);
 - `glibc`: glibc's defaults (`TFF_HPO_MALLOC_LIMITS=0`);
 - `arena2`: glibc's defaults but 2 arenas (its dynamic mmap threshold kept);
@@ -37,7 +37,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from benchmarks import child_runs  # pylint: disable=g-import-not-at-top
 from benchmarks import outputs  # pylint: disable=g-import-not-at-top
-from tff_hpo import malloc_limits  # pylint: disable=g-import-not-at-top
+from tff_hpo.execution import malloc_limits  # pylint: disable=g-import-not-at-top
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 MB = 2**20

@@ -30,8 +30,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from benchmarks import child_runs  # pylint: disable=g-import-not-at-top
 from benchmarks import outputs  # pylint: disable=g-import-not-at-top
-from tff_hpo import cpu_kernels  # pylint: disable=g-import-not-at-top
-from tff_hpo import parent_death  # pylint: disable=g-import-not-at-top
+from tff_hpo.execution import cpu_kernels  # pylint: disable=g-import-not-at-top
+from tff_hpo.execution import parent_death  # pylint: disable=g-import-not-at-top
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 SETTINGS = dict(algorithm='fedavg', clients_per_round=10,

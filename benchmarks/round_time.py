@@ -77,7 +77,7 @@ def main() -> int:
   args = parser.parse_args()
 
   import numpy as np  # pylint: disable=g-import-not-at-top
-  from tff_hpo import runtime  # pylint: disable=g-import-not-at-top
+  from tff_hpo.execution import runtime  # pylint: disable=g-import-not-at-top
 
   runtime.install(workers=args.workers)
   algorithms = args.algorithms.split(',')

@@ -33,7 +33,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from benchmarks import child_runs  # pylint: disable=g-import-not-at-top
 from benchmarks import outputs  # pylint: disable=g-import-not-at-top
-from tff_hpo import malloc_limits  # pylint: disable=g-import-not-at-top
+from tff_hpo.execution import malloc_limits  # pylint: disable=g-import-not-at-top
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 MB = 2**20
@@ -150,7 +150,7 @@ def main() -> int:
                       help='algorithms run at once')
   parser.add_argument('--glibc_malloc', action='store_true',
                       help="glibc's default malloc settings instead of "
-                      "tff_hpo.malloc_limits' (how runs were before them)")
+                      "tff_hpo.execution.malloc_limits' (how runs were before them)")
   parser.add_argument('--rows_from', default='',
                       help="an earlier soak's stderr log or its CSV: "
                       'summarise its rows instead of training')
@@ -190,7 +190,7 @@ def main() -> int:
       'dataset': dataset, 'machine': outputs.machine(),
       'max_examples_per_client': args.max_examples_per_client or 'task default',
       'malloc': ('glibc defaults' if args.glibc_malloc else
-                 f'tff_hpo.malloc_limits: {malloc_limits.SETTINGS}'),
+                 f'tff_hpo.execution.malloc_limits: {malloc_limits.SETTINGS}'),
       'rounds_per_eval': args.rounds_per_eval,
       'eval_clients': args.eval_clients,
       'goal': 'growth under 5 % from round 100 to the last'}

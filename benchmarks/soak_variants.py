@@ -33,7 +33,7 @@ def main() -> int:
   variant, rounds = sys.argv[1], int(sys.argv[2])
   if variant not in ('base', 'norel'):
     raise SystemExit(f'variant: base or norel, not {variant!r}')
-  from tff_hpo import runtime  # pylint: disable=g-import-not-at-top
+  from tff_hpo.execution import runtime  # pylint: disable=g-import-not-at-top
   runtime.install()  # Before TF: its malloc limits act on TF's threads too.
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
 

@@ -14,7 +14,7 @@ import random
 from types import ModuleType
 from typing import Callable, Optional
 
-from tff_hpo import tf_startup
+from tff_hpo.execution import tf_startup
 
 tf_startup.install()  # Before the task modules import TensorFlow.
 

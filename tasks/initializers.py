@@ -40,7 +40,7 @@ def with_kernels_from(model_fn: Callable[[], Any],
   Keras initialiser) start from `initializer(i)`, i counting the kernels in
   creation order; other variables keep their own initialisers. The new
   initial value is still a Keras initialiser's partial, so graphs that skip
-  random initial values (`tff_hpo.model_init.skip_random_init`) still skip
+  random initial values (`tff_hpo.algorithms.model_init.skip_random_init`) still skip
   it."""
 
   def fn():

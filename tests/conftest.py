@@ -40,7 +40,7 @@ def cache_dir() -> str:
 
 def _terminate(signum, frame):  # pylint: disable=unused-argument
   """SIGTERM ends the whole session (pytest would swallow SystemExit)."""
-  from tff_hpo import runtime
+  from tff_hpo.execution import runtime
   runtime.shutdown()
   signal.signal(signum, signal.SIG_DFL)
   os.kill(os.getpid(), signum)
@@ -49,7 +49,7 @@ def _terminate(signum, frame):  # pylint: disable=unused-argument
 @pytest.fixture(scope='session')
 def tff_runtime():
   """Our worker-owning runtime, for the whole session."""
-  from tff_hpo import runtime
+  from tff_hpo.execution import runtime
   signal.signal(signal.SIGTERM, _terminate)  # Before install(): it keeps it.
   runtime.install()
   yield runtime
@@ -69,7 +69,7 @@ def _runtime_if_tff_imported(request):
 
 
 def pytest_sessionfinish(session, exitstatus):
-  from tff_hpo import runtime
+  from tff_hpo.execution import runtime
   runtime.shutdown()
   ours = [p for p in worker_processes()
           if p.ppid() in (os.getpid(), 1)]

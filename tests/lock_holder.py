@@ -10,7 +10,7 @@ from tests.conftest import ROOT
 
 _HOLDER = '''
 import sys, time
-from tff_hpo import run_lock
+from tff_hpo.runs import run_lock
 with run_lock.hold(sys.argv[1]):
   print('held', flush=True)
   time.sleep(600)

@@ -15,11 +15,11 @@ import pytest
 
 import tasks
 from tff_hpo import config as config_lib
-from tff_hpo import cpu_kernels
+from tff_hpo.execution import cpu_kernels
 from tff_hpo.algorithms import registry
 from tff_hpo import experiment
-from tff_hpo import run_dir
-from tff_hpo import run_status
+from tff_hpo.runs import run_dir
+from tff_hpo.runs import run_status
 from tests.conftest import SHARED_DATA
 
 pytestmark = pytest.mark.slow

@@ -17,7 +17,7 @@ from benchmarks.fedjax_crosscheck import femnist
 from benchmarks.fedjax_crosscheck import run_files
 from tests.conftest import ROOT
 from tests.conftest import SHARED_DATA
-from tff_hpo import report
+from tff_hpo.reporting import comparison
 
 NPZ = os.path.join(SHARED_DATA, femnist.NPZ)
 TFF_RUN = os.path.join(ROOT, 'results', 'table1',
@@ -51,7 +51,7 @@ def test_missing_npz_names_the_file(tmp_path):
 def test_columns_are_the_projects_names():
   with open(os.path.join(TFF_RUN, 'metrics.csv')) as f:
     ours = next(csv.reader(f))
-  hparams = {c for c, _ in report.HPARAMS}
+  hparams = {c for c, _ in comparison.HPARAMS}
   assert set(run_files.COLUMNS) <= set(ours) | hparams
   with pytest.raises(ValueError):
     run_files.metrics_csv([{'round': 1, 'eval/acuracy': 0.5}])
@@ -85,14 +85,14 @@ def _fedjax_run(root, **config) -> str:
 
 def test_report_reads_a_fedjax_run_beside_a_tff_run(tmp_path):
   fedjax_dir = _fedjax_run(str(tmp_path))
-  table = report.summary([fedjax_dir, TFF_RUN], target=0.65)
+  table = comparison.summary([fedjax_dir, TFF_RUN], target=0.65)
   assert table['rounds_to_0.65'].tolist()[0] == 2
   assert table['examples_to_0.65'].tolist()[0] == 200
-  labels = report.run_labels([fedjax_dir, TFF_RUN])
+  labels = comparison.run_labels([fedjax_dir, TFF_RUN])
   assert labels[fedjax_dir] == 'fedavg [fedjax.algorithms.fed_avg]'
   assert labels[TFF_RUN] == 'fedavg'
   out = str(tmp_path / 'both.png')
-  report.plot([fedjax_dir, TFF_RUN], out)
+  comparison.plot([fedjax_dir, TFF_RUN], out)
   assert os.path.getsize(out) > 0
 
 

@@ -13,7 +13,7 @@ import run_experiment  # Defines the flags.
 import tasks
 from tff_hpo.algorithms import fathom
 from tff_hpo.algorithms import registry
-from tff_hpo.table1 import PAIRED
+from tff_hpo.reporting.table1 import PAIRED
 from tests.conftest import ROOT
 
 ALL_FLAGFILES = sorted(

@@ -60,7 +60,7 @@ def _assert_gone(workers: list[psutil.Process]) -> None:
 def test_normal_exit_leaves_no_worker(tmp_path, cache_dir):
   # --worker_binary: the stock worker under another path, which must be the
   # one that runs and the one the start line names.
-  from tff_hpo import runtime  # pylint: disable=g-import-not-at-top
+  from tff_hpo.execution import runtime  # pylint: disable=g-import-not-at-top
   override = tmp_path / 'override' / 'worker_binary'
   override.parent.mkdir()
   override.symlink_to(runtime.stock_worker_binary())
@@ -177,7 +177,7 @@ def test_bad_input_stops_before_training_in_one_line(tmp_path, cache_dir,
 
 
 def test_busy_run_directory_is_refused_at_once(tmp_path):
-  from tff_hpo import run_lock  # pylint: disable=g-import-not-at-top
+  from tff_hpo.runs import run_lock  # pylint: disable=g-import-not-at-top
   run_dir = str(tmp_path / 'runs' / 'busy')
   # At once: before TensorFlow is imported (seconds), which here would fail.
   stub = tmp_path / 'no_tensorflow' / 'tensorflow'

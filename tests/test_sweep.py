@@ -21,7 +21,7 @@ import pytest
 
 from tests import lock_holder
 from tff_hpo import close_run
-from tff_hpo import run_status
+from tff_hpo.runs import run_status
 from tff_hpo import sweep
 
 FAKE_RUNNER = textwrap.dedent('''

@@ -21,21 +21,21 @@ import importlib
 import os
 from typing import Any
 
-from tff_hpo import tf_startup
+from tff_hpo.execution import tf_startup
 
 # Before anything imports TensorFlow: its C++ errors shown, its INFO and
 # WARNING lines and its spurious CUDA start-up lines not.
 tf_startup.install()
 
 _EXPORTS = {
-    'install_runtime': ('tff_hpo.runtime', 'install'),
-    'shutdown_runtime': ('tff_hpo.runtime', 'shutdown'),
+    'install_runtime': ('tff_hpo.execution.runtime', 'install'),
+    'shutdown_runtime': ('tff_hpo.execution.runtime', 'shutdown'),
     'make_config': ('tff_hpo.algorithms.registry', 'make_config'),
     'register': ('tff_hpo.algorithms.registry', 'register'),
     'resolve_config': ('tasks', 'resolve_config'),
     'build': ('tff_hpo.wiring', 'build'),
     'Experiment': ('tff_hpo.experiment', 'Experiment'),
-    'load_run': ('tff_hpo.report', 'load_run'),
+    'load_run': ('tff_hpo.reporting.comparison', 'load_run'),
 }
 __all__ = sorted(_EXPORTS)
 

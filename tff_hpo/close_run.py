@@ -19,8 +19,8 @@ import contextlib
 import sys
 from typing import Sequence
 
-from tff_hpo import run_lock
-from tff_hpo import run_status
+from tff_hpo.runs import run_lock
+from tff_hpo.runs import run_status
 
 
 def main(argv: Sequence[str]) -> int:

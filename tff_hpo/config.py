@@ -12,8 +12,8 @@ import os
 import tempfile
 from typing import Any, Mapping, Optional
 
-from tff_hpo import cpu_kernels
-from tff_hpo import runtime  # Standard library only at import.
+from tff_hpo.execution import cpu_kernels
+from tff_hpo.execution import runtime  # Standard library only at import.
 
 SERVER_OPTIMIZERS = ('sgd', 'sgdm', 'adam', 'yogi', 'adagrad')
 MODEL_INITS = ('keras', 'fedjax')

@@ -19,17 +19,17 @@ import sys
 import time
 from typing import Any, Callable, Optional, TextIO
 
-from tff_hpo import checkpoint as checkpoint_lib
-from tff_hpo import client_states
+from tff_hpo.runs import checkpoint as checkpoint_lib
+from tff_hpo.rounds import client_states
 from tff_hpo import config as config_lib
-from tff_hpo import round_metrics
-from tff_hpo import run_dir as run_dir_lib
-from tff_hpo import run_lock
-from tff_hpo import run_status
-from tff_hpo import runtime
-from tff_hpo import state_disk
-from tff_hpo import stop_request
-from tff_hpo import sync
+from tff_hpo.rounds import round_metrics
+from tff_hpo.runs import run_dir as run_dir_lib
+from tff_hpo.runs import run_lock
+from tff_hpo.runs import run_status
+from tff_hpo.execution import runtime
+from tff_hpo.runs import state_disk
+from tff_hpo.execution import stop_request
+from tff_hpo.execution import sync
 from tff_hpo import wiring as wiring_lib
 from tff_hpo.algorithms import registry
 

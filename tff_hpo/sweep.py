@@ -12,7 +12,7 @@ whose `status.json` says it ended (its budget, the early stop, or
 `tff_hpo.close_run`) is skipped; any other is started, and the runner
 resumes it from its last checkpoint, so a sweep can be stopped and started
 again across days. Runs are locked per
-directory (`tff_hpo.run_lock`): a run that another process is training is
+directory (`tff_hpo.runs.run_lock`): a run that another process is training is
 reported as busy and left alone, so two sweeps over one root do not collide.
 Exit code 0 when every run has ended, 1 if any failed, 130 when stopped by
 SIGINT or SIGTERM (its runners are stopped too and resume next time).
@@ -30,9 +30,9 @@ import sys
 import time
 from typing import NamedTuple, Optional, Sequence
 
-from tff_hpo import parent_death
-from tff_hpo import run_lock
-from tff_hpo import run_status
+from tff_hpo.execution import parent_death
+from tff_hpo.runs import run_lock
+from tff_hpo.runs import run_status
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUNNER = os.path.join(ROOT, 'run_experiment.py')

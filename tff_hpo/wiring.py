@@ -12,11 +12,11 @@ from typing import Any, Callable, Optional
 
 import tensorflow as tf
 
-from tff_hpo import client_states
-from tff_hpo import communication
+from tff_hpo.rounds import client_states
+from tff_hpo.algorithms import communication
 from tff_hpo import config as config_lib
-from tff_hpo import evaluation
-from tff_hpo import run_dir
+from tff_hpo.rounds import evaluation
+from tff_hpo.runs import run_dir
 from tff_hpo.algorithms import registry
 from tff_hpo.algorithms import spec as spec_lib
 from tff_hpo.algorithms import composer

@@ -30,7 +30,7 @@ import pandas as pd
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
-from tff_hpo import report  # pylint: disable=g-import-not-at-top
+from tff_hpo.reporting import comparison  # pylint: disable=g-import-not-at-top
 
 ROUNDS = tuple(range(10, 101, 10))
 TARGETS = (0.80, 0.85)
@@ -73,7 +73,7 @@ def groups(root: str, table1: str) -> dict[tuple[str, str], list[str]]:
 
 
 def accuracy_at(run_dir: str) -> dict[int, float]:
-  frame = report.load_run(run_dir).dropna(subset=['eval/accuracy'])
+  frame = comparison.load_run(run_dir).dropna(subset=['eval/accuracy'])
   return dict(zip(frame['round'].astype(int), frame['eval/accuracy']))
 
 
@@ -99,11 +99,11 @@ def targets_table(found: dict[tuple[str, str], list[str]]) -> str:
       f'rounds to {t:.0%} (per seed)' for t in TARGETS) + ' | last round |',
            '|---|---|' + '---|' * (len(TARGETS) + 1)]
   for (algorithm, label), dirs in found.items():
-    frames = [report.load_run(d).dropna(subset=['eval/accuracy'])
+    frames = [comparison.load_run(d).dropna(subset=['eval/accuracy'])
               for d in dirs]
     cells = []
     for t in TARGETS:
-      hits = [report.rounds_to_target(f, t) for f in frames]
+      hits = [comparison.rounds_to_target(f, t) for f in frames]
       cells.append(' / '.join('NA' if h is None else str(h) for h in hits))
     last = ' / '.join(str(int(f['round'].max())) for f in frames)
     lines.append(f'| {algorithm} | {label} | ' + ' | '.join(cells) +

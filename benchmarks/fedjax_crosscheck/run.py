@@ -53,7 +53,7 @@ from absl import flags
 
 from benchmarks.fedjax_crosscheck import femnist
 from benchmarks.fedjax_crosscheck import run_files
-from tff_hpo import run_status
+from tff_hpo.runs import run_status
 
 IMPLEMENTATIONS = ('fedjax_fedavg', 'authors_fathom', 'authors_fathom_eta_h0')
 _IMPLEMENTATION = flags.DEFINE_enum('implementation', None, IMPLEMENTATIONS,

@@ -17,7 +17,7 @@ import math
 import os
 from typing import Any, Mapping, Optional, Sequence
 
-# The project's names (`tff_hpo/round_metrics.py`) for what a FedJAX round
+# The project's names (`tff_hpo/rounds/round_metrics.py`) for what a FedJAX round
 # can tell: its cost, the hyperparameters its clients used, its time, and
 # the evaluation on every test client.
 COLUMNS = (

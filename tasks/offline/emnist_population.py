@@ -12,7 +12,7 @@ bilinear, background filled white). Seeded: the same `--seed` writes the
 same file.
 
 Its description in `dataset_info` starts with SYNTHETIC, which the runner
-prints and writes to every run's dataset.txt, and `tff_hpo.table1` refuses
+prints and writes to every run's dataset.txt, and `tff_hpo.reporting.table1` refuses
 such runs: this population measures time and memory, never accuracy.
 
   python -m tasks.offline.emnist_population --source_dir=../shared/datasets \

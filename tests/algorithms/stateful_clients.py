@@ -6,7 +6,7 @@ from typing import Any, Sequence
 
 import tensorflow as tf
 
-from tff_hpo import client_states
+from tff_hpo.rounds import client_states
 
 
 def runner(process: Any, data: Sequence[Any], folder: str,

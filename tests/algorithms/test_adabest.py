@@ -11,7 +11,7 @@ import tensorflow as tf
 from tests.algorithms import adabest_reference
 from tests.algorithms import linear_model
 from tests.algorithms import stateful_clients
-from tff_hpo import client_states
+from tff_hpo.rounds import client_states
 from tff_hpo.algorithms import adabest
 
 DATA = [(x, y + off) for (x, y), off in zip(

@@ -11,7 +11,7 @@ import tensorflow_federated as tff
 
 from tests.algorithms import fathom_reference
 from tests.algorithms import linear_model
-from tff_hpo import server_steps
+from tff_hpo.paper_math import server_steps
 from tff_hpo.algorithms import fathom
 
 

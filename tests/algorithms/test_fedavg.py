@@ -10,8 +10,8 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tests.algorithms import linear_model
-from tff_hpo import model_init
-from tff_hpo import optimizers
+from tff_hpo.algorithms import model_init
+from tff_hpo.paper_math import optimizers
 from tff_hpo.algorithms import fedavg
 
 BATCH = 2

@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 from tests.algorithms import linear_model
-from tff_hpo import extrapolation
+from tff_hpo.paper_math import extrapolation
 from tff_hpo.algorithms import fedexp
 
 BATCH = 3

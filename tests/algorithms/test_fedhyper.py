@@ -12,7 +12,7 @@ import tensorflow_federated as tff
 from tests.algorithms import fedhyper_reference
 from tests.algorithms import linear_model
 from tests.algorithms import reddi_reference
-from tff_hpo import optimizers
+from tff_hpo.paper_math import optimizers
 from tff_hpo.algorithms import fedhyper
 
 DATA = linear_model.client_data(0, (7, 12, 9))

@@ -10,7 +10,7 @@ import tensorflow as tf
 
 from tests.algorithms import linear_model
 from tests.algorithms import reddi_reference
-from tff_hpo import optimizers
+from tff_hpo.paper_math import optimizers
 from tff_hpo.algorithms import fedavg
 
 DATA = linear_model.client_data(3, (7, 12, 9))

@@ -16,8 +16,8 @@ from tests.algorithms import linear_model
 from tests.algorithms import toy_algorithm
 from tests.conftest import ROOT
 from tff_hpo import config as config_lib
-from tff_hpo import optimizers
-from tff_hpo import round_metrics
+from tff_hpo.paper_math import optimizers
+from tff_hpo.rounds import round_metrics
 from tff_hpo.algorithms import composer
 from tff_hpo.algorithms import fedavg
 from tff_hpo.algorithms import registry

@@ -12,8 +12,8 @@ import tensorflow_federated as tff
 from tests.algorithms import linear_model
 from tests.algorithms import scaffold_reference
 from tests.algorithms import stateful_clients
-from tff_hpo import client_states
-from tff_hpo import server_steps
+from tff_hpo.rounds import client_states
+from tff_hpo.paper_math import server_steps
 from tff_hpo.algorithms import scaffold
 
 # Four clients that disagree (offsets), three rounds of partial participation.

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from tff_hpo import optimizers
+from tff_hpo.paper_math import optimizers
 from tff_hpo.algorithms import fedavg
 from tff_hpo.algorithms import spec
 

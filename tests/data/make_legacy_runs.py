@@ -5,7 +5,7 @@ model (and, for stateful clients, the clients' states, kept as JSON in
 client_states.json and written back into the runner's client_states/<round>.npz
 by `unpack_client_states` before a test loads them) plus expected.json:
 the model weights and hyperparameters the process reports from that state.
-tests/test_checkpoint.py loads them with the current code; a change to a
+tests/runs/test_checkpoint.py loads them with the current code; a change to a
 process's state layout must keep loading them (a migration), so that the
 runs of the Table 1 sweep resume across it. Written with the code of the
 commit that added this file; do not regenerate after a layout change.
@@ -25,10 +25,10 @@ import tensorflow as tf
 
 from tests.algorithms import linear_model
 from tests.conftest import ROOT
-from tff_hpo import checkpoint
-from tff_hpo import client_states
-from tff_hpo import round_metrics
-from tff_hpo import runtime
+from tff_hpo.runs import checkpoint
+from tff_hpo.rounds import client_states
+from tff_hpo.rounds import round_metrics
+from tff_hpo.execution import runtime
 
 OUT = os.path.join(ROOT, 'tests', 'data', 'legacy_runs')
 ALGORITHMS = ('fathom', 'fedhyper_g_cl', 'fedhyper_sl', 'scaffold',

@@ -13,10 +13,10 @@ import sys
 import pytest
 
 from tests.conftest import ROOT
-from tff_hpo import cpu_kernels
-from tff_hpo import malloc_limits
-from tff_hpo import runtime
-from tff_hpo import worker_pool
+from tff_hpo.execution import cpu_kernels
+from tff_hpo.execution import malloc_limits
+from tff_hpo.execution import runtime
+from tff_hpo.execution import worker_pool
 
 GPU_WORKER = os.environ.get('TFF_HPO_GPU_WORKER', '')
 

@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from tff_hpo import sync
+from tff_hpo.execution import sync
 
 
 async def _where() -> tuple[int, str]:

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from tests.conftest import ROOT
-from tff_hpo import tf_startup
+from tff_hpo.execution import tf_startup
 
 SPURIOUS_LINE = (b'2026-11-27 01:18:25.481859: E tensorflow/compiler/xla/'
                  b'stream_executor/cuda/cuda_dnn.cc:9342] Unable to register '

@@ -11,7 +11,7 @@ import tempfile
 
 import pytest
 
-from tff_hpo import worker_pool
+from tff_hpo.execution import worker_pool
 
 
 def _dead_pid() -> int:

@@ -17,7 +17,7 @@ import psutil
 import pytest
 
 import tasks
-from tff_hpo import checkpoint as checkpoint_lib
+from tff_hpo.runs import checkpoint as checkpoint_lib
 from tff_hpo import experiment
 from tff_hpo.algorithms import registry
 from tests.conftest import CACHE_DIR

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tff_hpo import control_variates as cv
-from tff_hpo import server_steps
+from tff_hpo.paper_math import control_variates as cv
+from tff_hpo.paper_math import server_steps
 
 
 def _t(*arrays):

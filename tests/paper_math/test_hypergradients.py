@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tff_hpo import hypergradients as hg
+from tff_hpo.paper_math import hypergradients as hg
 
 
 def _t(*arrays):

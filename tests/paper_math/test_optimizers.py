@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 from tests.algorithms import reddi_reference
-from tff_hpo import optimizers
+from tff_hpo.paper_math import optimizers
 
 
 @pytest.mark.parametrize('kind', optimizers.ADAPTIVE)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tff_hpo import tree_math
+from tff_hpo.paper_math import tree_math
 
 
 def _t(*arrays):

@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from tff_hpo import report
+from tff_hpo.reporting import comparison
 
 
 def _run(tmp_path, name, accuracies, algorithm='fedavg', bytes_per_round=None):
@@ -32,7 +33,7 @@ def _run(tmp_path, name, accuracies, algorithm='fedavg', bytes_per_round=None):
 def test_rounds_and_examples_to_target(tmp_path):
   a = _run(tmp_path, 'a', [0.1, float('nan'), 0.5, 0.72, 0.71])
   b = _run(tmp_path, 'b', [0.1, 0.2, 0.3, 0.4, 0.5], algorithm='fathom')
-  table = report.summary([a, b], 0.7)
+  table = comparison.summary([a, b], 0.7)
   assert table['rounds_to_0.7'].tolist()[0] == 4
   assert pd.isna(table['rounds_to_0.7'].tolist()[1])
   assert table['examples_to_0.7'].tolist()[0] == 400
@@ -43,11 +44,11 @@ def test_rounds_and_examples_to_target(tmp_path):
 def test_bytes_to_target_and_labels_for_repeated_algorithms(tmp_path):
   a = _run(tmp_path, 'a', [0.1, 0.75, 0.8], bytes_per_round=(10, 3))
   b = _run(tmp_path, 'b', [0.1, 0.2, 0.3])  # Made before byte counting.
-  table = report.summary([a, b], 0.7)
+  table = comparison.summary([a, b], 0.7)
   assert table['bytes_to_0.7'].tolist()[0] == 26
   assert table['bytes_total'].tolist()[0] == 39
   assert pd.isna(table['bytes_total'].tolist()[1])
-  assert report.run_labels([a, b]) == {a: 'a', b: 'b'}  # Both fedavg.
+  assert comparison.run_labels([a, b]) == {a: 'a', b: 'b'}  # Both fedavg.
 
 
 def test_cli_writes_png_and_summary(tmp_path):
@@ -68,7 +69,7 @@ def test_fedavg_learning_rate_is_drawn_and_no_empty_legend(tmp_path,
                 'hparams/client_work/learning_rate': [0.1, 0.1]}).to_csv(
                     run / 'metrics.csv', index=False)
   (run / 'config.json').write_text(json.dumps({'algorithm': 'fedavg'}))
-  assert report.hparam_column(pd.read_csv(run / 'metrics.csv'),
+  assert comparison.hparam_column(pd.read_csv(run / 'metrics.csv'),
                               'hparams/client_learning_rate') == (
                                   'hparams/client_work/learning_rate')
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
@@ -77,7 +78,7 @@ def test_fedavg_learning_rate_is_drawn_and_no_empty_legend(tmp_path,
   try:
     plt.Figure.savefig = lambda fig, *a, **k: drawn.append(
         [len(ax.lines) for ax in fig.axes])
-    report.plot([str(run)], str(tmp_path / 'x.png'))
+    comparison.plot([str(run)], str(tmp_path / 'x.png'))
   finally:
     plt.Figure.savefig = monkey
   assert drawn == [[1, 1, 0, 0]]  # Accuracy and eta_L; E and B are fixed.

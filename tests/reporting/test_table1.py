@@ -10,8 +10,8 @@ import sys
 import pandas as pd
 import pytest
 
-from tff_hpo import run_status
-from tff_hpo import table1
+from tff_hpo.runs import run_status
+from tff_hpo.reporting import table1
 
 
 def _run(root, name, accuracies, *, algorithm, seed, task='emnist_cr',

@@ -1,4 +1,4 @@
-"""Checkpoints (tff_hpo/checkpoint.py).
+"""Checkpoints (tff_hpo/runs/checkpoint.py).
 
 Run directories written by an earlier version still resume: each checkpoint
 in tests/data/legacy_runs loads into the current process with the same
@@ -21,8 +21,8 @@ import pytest
 import tensorflow as tf
 
 from tests.data import make_legacy_runs
-from tff_hpo import checkpoint
-from tff_hpo import client_states
+from tff_hpo.runs import checkpoint
+from tff_hpo.rounds import client_states
 
 SHAPE = (37, 11)  # No other variable in the test process has this shape.
 

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tff_hpo import client_state_files
-from tff_hpo import client_states
+from tff_hpo.runs import client_state_files
+from tff_hpo.rounds import client_states
 
 
 def _initial():

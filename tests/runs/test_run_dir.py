@@ -9,9 +9,9 @@ import sys
 
 import pytest
 
-from tff_hpo import checkpoint
+from tff_hpo.runs import checkpoint
 from tff_hpo import config as config_lib
-from tff_hpo import run_dir
+from tff_hpo.runs import run_dir
 
 
 def _config(tmp_path, **overrides) -> config_lib.ExperimentConfig:
@@ -62,7 +62,7 @@ def test_lost_config_json_cannot_turn_into_another_run(tmp_path):
 
 def test_client_states_that_cannot_fit_are_refused_with_the_estimate(
     tmp_path, monkeypatch):
-  from tff_hpo import state_disk  # pylint: disable=g-import-not-at-top
+  from tff_hpo.runs import state_disk  # pylint: disable=g-import-not-at-top
   cfg = _config(tmp_path, algorithm='scaffold', total_rounds=100,
                 clients_per_round=50)
   # Stack Overflow's LSTM: 16 MB a client; 4,018 train clients.

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from tests import lock_holder
-from tff_hpo import run_lock
+from tff_hpo.runs import run_lock
 
 def test_second_holder_is_refused_naming_dir_and_pid(tmp_path):
   run_dir = str(tmp_path / 'run')

@@ -22,7 +22,7 @@ import tensorflow as tf
 
 from tasks import client_examples
 from tasks import initializers
-from tff_hpo import model_init
+from tff_hpo.algorithms import model_init
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.realpath(__file__))))

@@ -11,7 +11,7 @@ ECCV 2022). Round t:
 * the server averages the client models uniformly into theta_bar^t, sets
   h^t = beta (theta_bar^{t-1} - theta_bar^t) and theta^t = theta_bar^t - h^t.
 
-h_i and t' live on the host (`tff_hpo.client_states`). mu = 0.02 is the
+h_i and t' live on the host (`tff_hpo.rounds.client_states`). mu = 0.02 is the
 paper's fixed value; beta is its tuned hyperparameter. Clients batch their
 own data (as FATHOM's); a client whose update is not finite keeps its state
 and carries no weight. The paper's round-to-round client lr decay is left to
@@ -28,11 +28,11 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_hpo import aggregators
+from tff_hpo.algorithms import aggregators
 from tff_hpo import config as config_lib
-from tff_hpo import control_variates
-from tff_hpo import local_training
-from tff_hpo import tree_math
+from tff_hpo.paper_math import control_variates
+from tff_hpo.paper_math import local_training
+from tff_hpo.paper_math import tree_math
 from tff_hpo.algorithms import composer
 from tff_hpo.algorithms import parts
 from tff_hpo.algorithms import spec

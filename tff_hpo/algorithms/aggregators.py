@@ -7,8 +7,8 @@ import collections
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_hpo import server_steps
-from tff_hpo import tree_math
+from tff_hpo.paper_math import server_steps
+from tff_hpo.paper_math import tree_math
 
 
 class FedExPMeanFactory(tff.aggregators.UnweightedAggregationFactory):
@@ -59,7 +59,7 @@ class FedExPMeanFactory(tff.aggregators.UnweightedAggregationFactory):
 
 class StepMeanFactory(tff.aggregators.WeightedAggregationFactory):
   """Weighted mean of the clients' update structures, with the server step
-  `rule` (`tff_hpo.server_steps`) takes from it.
+  `rule` (`tff_hpo.paper_math.server_steps`) takes from it.
 
   The update is a structure whose `delta` entry is the model delta; a
   `squared_norm` entry (||Delta_i||^2, uploaded only when the rule needs it)

@@ -11,7 +11,7 @@ state a `LearningAlgorithmState`), plus the two edges it lacks:
   broadcasts, and `set_hparams` writes both.
 * client states: with `initial_client_state`, `next` takes and returns each
   sampled client's state (SCAFFOLD's c_i, AdaBest's h_i and t'), as
-  client-placed values the host keeps between rounds (`tff_hpo.client_states`);
+  client-placed values the host keeps between rounds (`tff_hpo.rounds.client_states`);
   `next_with_state_files` is the same round on file paths instead: each
   client reads its state from one file and writes the new one to another
   inside the worker (`client_state_files.encode`), so the model-sized states
@@ -32,7 +32,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_hpo import client_state_files
+from tff_hpo.runs import client_state_files
 from tff_hpo.algorithms import parts
 
 State = tff.learning.templates.LearningAlgorithmState

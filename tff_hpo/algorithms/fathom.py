@@ -7,7 +7,7 @@ Paper: ../shared/papers/fathom_federated_hypergradient_descent.txt
    (eta_L, E, B) from its state with `tff.federated_broadcast`;
 2. client work (`client_work`): each client batches its unbatched data with
    B, takes K_i = floor(nu_i E / B) SGD steps at eta_L and uploads its delta
-   and phi_i, weighted by nu_i (`tff_hpo.local_training`);
+   and phi_i, weighted by nu_i (`tff_hpo.paper_math.local_training`);
 3. aggregator (`aggregators.StepMeanFactory`): nu-weighted means of the
    deltas and phi (eq. 2), and the server step's scale;
 4. finalizer (`finalizer`): the server optimizer applies the mean delta;
@@ -40,7 +40,7 @@ The authors' pipeline (`step_rounding='ceil'`, `g_includes_learning_rate=False`
 and the task's `--emnist_invert_pixels`) and what stays different are listed
 in the README's FATHOM section.
 
-`server_step` (a `tff_hpo.server_steps` rule) scales the mean update before
+`server_step` (a `tff_hpo.paper_math.server_steps` rule) scales the mean update before
 the server optimizer: FedExP's eta_g or FedHyper-G's alpha, combinations no
 paper ran. The aggregator applies it and keeps its state (and, if it needs
 one, the previous round's mean update); plain FATHOM's aggregator has none.
@@ -56,13 +56,13 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_hpo import aggregators
+from tff_hpo.algorithms import aggregators
 from tff_hpo import config as config_lib
-from tff_hpo import hypergradients
-from tff_hpo import local_training
-from tff_hpo import optimizers
-from tff_hpo import server_steps
-from tff_hpo import tree_math
+from tff_hpo.paper_math import hypergradients
+from tff_hpo.paper_math import local_training
+from tff_hpo.paper_math import optimizers
+from tff_hpo.paper_math import server_steps
+from tff_hpo.paper_math import tree_math
 from tff_hpo.algorithms import composer
 from tff_hpo.algorithms import fedexp
 from tff_hpo.algorithms import fedhyper

@@ -13,8 +13,8 @@ from typing import Any, Callable
 import tensorflow_federated as tff
 
 from tff_hpo import config as config_lib
-from tff_hpo import model_init
-from tff_hpo import optimizers
+from tff_hpo.algorithms import model_init
+from tff_hpo.paper_math import optimizers
 from tff_hpo.algorithms import spec
 
 

@@ -3,7 +3,7 @@
 Paper: ../shared/papers/fedexp_extrapolated_server_step.txt, Algorithm 1 and
 Section 3.3. Clients run local SGD exactly as in FedAvg; the server averages
 their updates uniformly (the paper weighs clients equally) and scales the
-mean by eta_g >= 1 (`tff_hpo.aggregators.FedExPMeanFactory`), then applies
+mean by eta_g >= 1 (`tff_hpo.algorithms.aggregators.FedExPMeanFactory`), then applies
 it with server SGD at learning rate 1. TFF's `build_unweighted_fed_avg`
 composes the distributor, client work, this aggregator and the finalizer.
 """
@@ -15,10 +15,10 @@ from typing import Any, Callable
 
 import tensorflow_federated as tff
 
-from tff_hpo import aggregators
+from tff_hpo.algorithms import aggregators
 from tff_hpo import config as config_lib
-from tff_hpo import model_init
-from tff_hpo import optimizers
+from tff_hpo.algorithms import model_init
+from tff_hpo.paper_math import optimizers
 from tff_hpo.algorithms import spec
 
 

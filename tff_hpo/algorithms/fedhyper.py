@@ -36,13 +36,13 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_hpo import aggregators
+from tff_hpo.algorithms import aggregators
 from tff_hpo import config as config_lib
-from tff_hpo import hypergradients
-from tff_hpo import local_training
-from tff_hpo import optimizers
-from tff_hpo import server_steps
-from tff_hpo import tree_math
+from tff_hpo.paper_math import hypergradients
+from tff_hpo.paper_math import local_training
+from tff_hpo.paper_math import optimizers
+from tff_hpo.paper_math import server_steps
+from tff_hpo.paper_math import tree_math
 from tff_hpo.algorithms import composer
 from tff_hpo.algorithms import parts
 from tff_hpo.algorithms import spec

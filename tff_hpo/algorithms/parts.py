@@ -13,7 +13,7 @@ is here once:
   `skipped_non_finite` counter (`guarded`).
 
 `composer.compose` joins them with TFF's broadcast distributor and an
-aggregator (`tff_hpo.aggregators.StepMeanFactory`).
+aggregator (`tff_hpo.algorithms.aggregators.StepMeanFactory`).
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_hpo import communication
-from tff_hpo import local_training
-from tff_hpo import model_init
+from tff_hpo.algorithms import communication
+from tff_hpo.paper_math import local_training
+from tff_hpo.algorithms import model_init
 
 ClientResult = tff.learning.templates.ClientResult
 

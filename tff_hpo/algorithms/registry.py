@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Optional
 
-from tff_hpo import communication
+from tff_hpo.algorithms import communication
 from tff_hpo import config as config_lib
 from tff_hpo.algorithms import adabest
 from tff_hpo.algorithms import fathom

@@ -22,13 +22,13 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_hpo import aggregators
+from tff_hpo.algorithms import aggregators
 from tff_hpo import config as config_lib
-from tff_hpo import control_variates
-from tff_hpo import local_training
-from tff_hpo import optimizers
-from tff_hpo import server_steps
-from tff_hpo import tree_math
+from tff_hpo.paper_math import control_variates
+from tff_hpo.paper_math import local_training
+from tff_hpo.paper_math import optimizers
+from tff_hpo.paper_math import server_steps
+from tff_hpo.paper_math import tree_math
 from tff_hpo.algorithms import fedexp
 from tff_hpo.algorithms import composer
 from tff_hpo.algorithms import parts

@@ -37,9 +37,9 @@ import sys
 import threading
 from typing import Any, Optional, Sequence
 
-from tff_hpo import cpu_kernels as cpu_kernels_lib
-from tff_hpo import malloc_limits
-from tff_hpo import worker_pool
+from tff_hpo.execution import cpu_kernels as cpu_kernels_lib
+from tff_hpo.execution import malloc_limits
+from tff_hpo.execution import worker_pool
 
 _lock = threading.RLock()
 _workers: list[worker_pool.Worker] = []
@@ -312,7 +312,7 @@ def _self_check() -> int:
 
 if __name__ == '__main__':
   if sys.argv[1:] != ['--self-check']:
-    sys.exit('usage: python -m tff_hpo.runtime --self-check')
+    sys.exit('usage: python -m tff_hpo.execution.runtime --self-check')
   try:
     sys.exit(_self_check())
   finally:

@@ -45,7 +45,7 @@ def _handle(signum: int, frame) -> None:  # pylint: disable=unused-argument
     os.kill(os.getpid(), signum)
     return
   _requested = signum
-  from tff_hpo import runtime  # pylint: disable=g-import-not-at-top
+  from tff_hpo.execution import runtime  # pylint: disable=g-import-not-at-top
   runtime.terminate()
 
 

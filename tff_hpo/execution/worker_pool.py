@@ -22,7 +22,7 @@ from typing import Any, Mapping, Optional
 
 import psutil
 
-from tff_hpo import parent_death
+from tff_hpo.execution import parent_death
 
 READY_TIMEOUT_S = 60.0
 # Seconds to wait for a worker to answer, instead of READY_TIMEOUT_S.

@@ -2,7 +2,7 @@
 
 They take tensors or nested structures of tensors, run eagerly or inside TFF
 computations, and are tested directly against NumPy. Inner products and
-norms over structures are generic and live in `tff_hpo.tree_math`.
+norms over structures are generic and live in `tff_hpo.paper_math.tree_math`.
 
 FATHOM: "FATHOM: Federated AuTomatic Hyperparameter OptiMization"
 (../shared/papers/fathom_federated_hypergradient_descent.txt), Section 3.3.
@@ -14,7 +14,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from tff_hpo import tree_math
+from tff_hpo.paper_math import tree_math
 
 
 def fathom_h(delta: Any, delta_sm_prev: Any) -> tf.Tensor:

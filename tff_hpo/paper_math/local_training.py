@@ -16,8 +16,8 @@ from typing import Any, NamedTuple, Optional
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_hpo import hypergradients
-from tff_hpo import tree_math
+from tff_hpo.paper_math import hypergradients
+from tff_hpo.paper_math import tree_math
 
 @dataclasses.dataclass(frozen=True)
 class LocalSettings:

@@ -14,9 +14,9 @@ from typing import Any
 
 import tensorflow as tf
 
-from tff_hpo import extrapolation
-from tff_hpo import hypergradients
-from tff_hpo import tree_math
+from tff_hpo.paper_math import extrapolation
+from tff_hpo.paper_math import hypergradients
+from tff_hpo.paper_math import tree_math
 
 
 class ServerStep:

@@ -1,6 +1,6 @@
 """Inner products and norms over nested structures of tensors.
 
-Generic math that the papers' equations (`tff_hpo.hypergradients`) are built
+Generic math that the papers' equations (`tff_hpo.paper_math.hypergradients`) are built
 from. Leaves may be dense tensors or `tf.IndexedSlices`: Keras embedding
 layers give sparse gradients (a few rows of a 10,000 x 96 table per batch), and
 these functions work on the touched rows without densifying the table.

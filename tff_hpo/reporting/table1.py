@@ -22,8 +22,8 @@ from typing import Optional, Sequence
 import numpy as np
 import pandas as pd
 
-from tff_hpo import report
-from tff_hpo import run_status
+from tff_hpo.reporting import comparison
+from tff_hpo.runs import run_status
 
 # The paper's EMNIST target (86 %) sits near this subset's ceiling, so 80 % and
 # 85 % are reported beside it.
@@ -40,7 +40,7 @@ SO_BASELINES = os.path.join(
 COSTS = (('rounds', 'round'), ('examples', 'cost/examples_cumulative'),
          ('local_steps', 'cost/local_steps_cumulative'),
          ('seconds', 'train_seconds'))
-HPARAMS = report.HPARAMS
+HPARAMS = comparison.HPARAMS
 PAIRED = ('fathom', 'fedavg')  # Table 1's two columns, first in every listing.
 # Row prefix of the authors' pipeline as it ran before it drew the CNN's
 # kernels as FedJAX does (the runs' old name was `authors_...`).
@@ -81,7 +81,7 @@ def load_runs(root: str) -> list[RunInfo]:
     if not (os.path.isfile(config_path) and
             os.path.isfile(os.path.join(run_dir, 'metrics.csv'))):
       continue
-    dataset = report.dataset_label(run_dir)
+    dataset = comparison.dataset_label(run_dir)
     if dataset.startswith(SYNTHETIC):
       raise ValueError(f'{run_dir}: trained on {dataset}; Table 1 takes '
                        'real data only')
@@ -89,7 +89,7 @@ def load_runs(root: str) -> list[RunInfo]:
       config = json.load(f)
     suffix = f'_{config["algorithm"]}_s{config["seed"]}'
     row = name[:-len(suffix)] if name.endswith(suffix) else name
-    frame = report.load_run(run_dir)
+    frame = comparison.load_run(run_dir)
     if frame.empty:
       continue
     if 'eval/accuracy' not in frame:  # Not evaluated yet.
@@ -110,7 +110,7 @@ def load_runs(root: str) -> list[RunInfo]:
 def cost_to_target(frame: pd.DataFrame, target: float) -> Optional[dict]:
   """Costs at the first evaluated round reaching `target`, else None."""
   evaluated = frame.dropna(subset=['eval/accuracy'])
-  hit = report.rounds_to_target(evaluated, target)
+  hit = comparison.rounds_to_target(evaluated, target)
   if hit is None:
     return None
   row = frame.loc[frame['round'] == hit].iloc[0]
@@ -424,7 +424,7 @@ def figures(runs: Sequence[RunInfo], out_dir: str) -> list[str]:
       _band(axes[1], frames, 'cost/examples_cumulative', 'eval/accuracy',
             algorithm, style)
       for ax, (column, _) in zip(axes[2:], HPARAMS):
-        names = [report.hparam_column(f, column) for f in frames]
+        names = [comparison.hparam_column(f, column) for f in frames]
         if all(names) and len(set(names)) == 1:
           _band(ax, frames, 'round', names[0], algorithm, style)
     titles = ['test accuracy vs rounds', 'test accuracy vs examples',

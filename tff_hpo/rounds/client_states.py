@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 import numpy as np
 import tensorflow as tf
 
-from tff_hpo import client_state_files
+from tff_hpo.runs import client_state_files
 
 
 class ClientStateStore:

@@ -7,8 +7,8 @@ from typing import Any, Optional
 import numpy as np
 import tensorflow as tf
 
-from tff_hpo import model_init
-from tff_hpo import round_metrics
+from tff_hpo.algorithms import model_init
+from tff_hpo.rounds import round_metrics
 
 
 class Evaluator:

@@ -12,7 +12,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from tff_hpo import communication
+from tff_hpo.algorithms import communication
 
 
 def flatten(metrics: Any, prefix: str = '') -> dict[str, float]:

@@ -24,9 +24,9 @@ import re
 import shutil
 from typing import Any, Callable, Mapping, NamedTuple, Optional
 
-from tff_hpo import json_files
-from tff_hpo import state_migration
-from tff_hpo import sync
+from tff_hpo.runs import json_files
+from tff_hpo.runs import state_migration
+from tff_hpo.execution import sync
 
 CHECKPOINT_DIR = 'checkpoints'
 SETTINGS_JSON = 'settings.json'

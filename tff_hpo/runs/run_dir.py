@@ -12,10 +12,10 @@ import csv
 import os
 from typing import Any, Mapping, Optional
 
-from tff_hpo import checkpoint
+from tff_hpo.runs import checkpoint
 from tff_hpo import config as config_lib
-from tff_hpo import cpu_kernels
-from tff_hpo import json_files
+from tff_hpo.execution import cpu_kernels
+from tff_hpo.runs import json_files
 
 METRICS_CSV = 'metrics.csv'
 CONFIG_JSON = 'config.json'

@@ -14,7 +14,7 @@ import json
 import os
 from typing import Any, Optional
 
-from tff_hpo import json_files
+from tff_hpo.runs import json_files
 
 STATUS_JSON = 'status.json'
 
