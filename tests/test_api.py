@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 
 import pytest
 
+from tests.conftest import ROOT
 import tff_hpo
 
 
@@ -18,6 +21,17 @@ def test_every_public_name_resolves_and_is_documented(name):
 def test_unknown_name_is_an_attribute_error():
   with pytest.raises(AttributeError, match='no attribute'):
     tff_hpo.train_everything  # pylint: disable=pointless-statement
+
+
+# The documented commands keep their module paths whatever the rooms.
+@pytest.mark.parametrize('module', ['tff_hpo.sweep', 'tff_hpo.report',
+                                    'tff_hpo.close_run'])
+def test_documented_commands_run(module):
+  proc = subprocess.run([sys.executable, '-m', module, '--help'], cwd=ROOT,
+                        env={**os.environ, 'PYTHONPATH': ROOT},
+                        capture_output=True, text=True, timeout=120)
+  assert proc.returncode == 0, proc.stderr
+  assert 'usage:' in proc.stdout
 
 
 if __name__ == '__main__':  # Lets Bazel's py_test run the file.

@@ -267,6 +267,46 @@ def test_rerun_rows_set_new_old_and_authors_code_ratios_side_by_side(
   assert ('| authors_emnist_bs4 | 0.8 | - | 0.50 / 0.50 (1 + 1) | - | - |'
           ) in lines
   assert table1.crosscheck_pairs(str(tmp_path / 'absent')) == {}
+  # The committed files the report reads by default are where it looks.
+  assert set(table1.crosscheck_pairs()) == {'FedJAX fed_avg'} | (
+      set(table1.crosscheck_pairs()) & {'their FATHOM at eta_h = 0'})
+  assert table1.so_baselines()['target'] > 0
+
+
+def test_figure_1_draws_bands_targets_and_short_example_counts(tmp_path):
+  for seed in (0, 1):
+    _run(tmp_path, f'authors_emnist_baseline_fathom_s{seed}',
+         [0.5, 0.7 + 0.01 * seed, 0.9], algorithm='fathom', seed=seed)
+    _run(tmp_path, f'authors_emnist_baseline_fedavg_s{seed}',
+         [0.5, 0.6, 0.8 + 0.01 * seed], algorithm='fedavg', seed=seed)
+  fig = table1.figure_1(table1.load_runs(str(tmp_path)))
+  rounds, examples = fig.axes[:2]
+  assert rounds.get_legend_handles_labels()[1] == ['FATHOM (n=2)',
+                                                   'FedAvg (n=2)']
+  assert len(rounds.collections) == 2  # One ± std band per algorithm.
+  flat = {round(l.get_ydata()[0], 3) for l in rounds.lines
+          if len(set(l.get_ydata())) == 1}
+  assert flat == {0.8, 0.85, 0.86}
+  assert rounds.get_ylim() == (0.6, 0.9)
+  assert examples.xaxis.get_major_formatter()(1_500_000) == '1.5M'
+  assert examples.xaxis.get_major_formatter()(200_000) == '200k'
+
+
+def test_every_algorithm_figure_ranks_rounds_and_hatches_the_unreached(
+    tmp_path):
+  _run(tmp_path, 'x_fathom_s0', [0.5, 0.9], algorithm='fathom', seed=0)
+  _run(tmp_path, 'x_fedavg_s0', [0.5, 0.6, 0.9], algorithm='fedavg', seed=0)
+  _run(tmp_path, 'x_fedadam_s0', [0.9], algorithm='fedadam', seed=0)
+  _run(tmp_path, 'x_scaffold_s0', [0.1, 0.2, 0.3, 0.4],
+       algorithm='scaffold', seed=0)
+  fig = table1.algorithms_figure(table1.load_runs(str(tmp_path)), [0.86])
+  ax = fig.axes[0]
+  labels = [t.get_text() for t in ax.get_yticklabels()]
+  assert labels == ['scaffold', 'fedavg', 'fathom', 'fedadam']  # Bottom up.
+  widths = [bar.get_width() for bar in ax.patches]
+  assert widths == [4, 3, 2, 1]
+  assert [bool(bar.get_hatch()) for bar in ax.patches] == [True, False,
+                                                           False, False]
 
 
 def test_write_readme_with_notes_table_and_figures(tmp_path):

@@ -33,10 +33,11 @@ SYNTHETIC = 'SYNTHETIC'
 # Stack Overflow: the rule, fixed before the runs: 90 % of FedAvg's best test
 # accuracy within the budget on the row's baseline, mean over seeds.
 SO_TARGET_FRACTION = 0.9
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
 # The written rule's target on the corpus it was computed for.
-SO_BASELINES = os.path.join(
-    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'benchmarks',
-    'results', 'stackoverflow_baselines.json')
+SO_BASELINES = os.path.join(ROOT, 'benchmarks', 'results',
+                            'stackoverflow_baselines.json')
 COSTS = (('rounds', 'round'), ('examples', 'cost/examples_cumulative'),
          ('local_steps', 'cost/local_steps_cumulative'),
          ('seconds', 'train_seconds'))
@@ -47,9 +48,7 @@ PAIRED = ('fathom', 'fedavg')  # Table 1's two columns, first in every listing.
 KERAS_INIT = 'authors_kerasinit_'
 # The authors' own code and FedJAX's FedAvg, run on the authors' EMNIST flags
 # (benchmarks/fedjax_crosscheck): the baseline row's third implementation.
-CROSSCHECK = os.path.join(
-    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'results',
-    'fedjax_crosscheck')
+CROSSCHECK = os.path.join(ROOT, 'results', 'fedjax_crosscheck')
 CROSSCHECK_ROW = 'authors_emnist_baseline'
 # FedAvg beside the authors' FATHOM (`authors_fathom_s<seed>`), by run prefix.
 CROSSCHECK_FEDAVG = (('FedJAX fed_avg', 'fedjax_fedavg_s'),
@@ -401,54 +400,109 @@ def _band(ax, frames: list[pd.DataFrame], x: str, y: str, label: str,
                     alpha=0.2)
 
 
-def figures(runs: Sequence[RunInfo], out_dir: str) -> list[str]:
-  """Per row: Figure 1 (accuracy vs rounds and vs examples) and Figures 3-5
-  (eta_L, E, B vs rounds), bands over seeds."""
+def _pyplot():
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use('Agg')
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  return plt
 
+
+def figure_1(members: Sequence[RunInfo]):
+  """Figure 1 of the paper for one row: FATHOM against FedAvg, test accuracy
+  vs rounds and vs examples (EMNIST: the y-axis where the targets are, the
+  targets drawn), then Figures 3-5 (eta_L, E, B vs rounds); a band of ± one
+  std over seeds. Returns the matplotlib figure."""
+  plt = _pyplot()
+  from matplotlib import ticker  # pylint: disable=g-import-not-at-top
+  fig, axes = plt.subplots(1, 5, figsize=(20, 3.8))
+  styles = {'fathom': dict(color='tab:red'), 'fedavg': dict(color='tab:blue')}
+  for algorithm in PAIRED:
+    frames = [r.frame for r in members if r.algorithm == algorithm]
+    if not frames:
+      continue
+    label = 'FATHOM' if algorithm == 'fathom' else 'FedAvg'
+    _band(axes[0], frames, 'round', 'eval/accuracy', label,
+          styles[algorithm])
+    _band(axes[1], frames, 'cost/examples_cumulative', 'eval/accuracy',
+          label, styles[algorithm])
+    for ax, (column, _) in zip(axes[2:], HPARAMS):
+      names = [comparison.hparam_column(f, column) for f in frames]
+      if all(names) and len(set(names)) == 1:
+        _band(ax, frames, 'round', names[0], label, styles[algorithm])
+  titles = ['test accuracy vs rounds', 'test accuracy vs examples',
+            *(t for _, t in HPARAMS)]
+  for ax, title in zip(axes, titles):
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3)
+    if ax.lines:
+      ax.legend(fontsize=8)
+  if members[0].task == 'emnist_cr':  # The targets, not the first rounds.
+    for ax in axes[:2]:
+      ax.set_ylim(0.6, 0.9)
+      for target in EMNIST_TARGETS:
+        ax.axhline(target, color='grey', linewidth=0.7, linestyle=':')
+  axes[1].xaxis.set_major_formatter(ticker.EngFormatter(sep=''))
+  axes[1].set_xlabel('examples processed')
+  for ax in (axes[0], *axes[2:]):
+    ax.set_xlabel('round')
+  fig.suptitle(f'{members[0].row}: {members[0].dataset}', fontsize=9)
+  fig.tight_layout()
+  return fig
+
+
+def algorithms_figure(members: Sequence[RunInfo], targets: Sequence[float]):
+  """Every algorithm of a row, ranked: one bar per algorithm and target,
+  mean rounds to the target over the seeds that reached it (a hatched bar
+  where none did: the rounds it spent, a lower bound), FedAvg's drawn as a
+  line. Returns the matplotlib figure."""
+  plt = _pyplot()
+  algorithms = sorted({r.algorithm for r in members})
+  fig, axes = plt.subplots(1, len(targets), figsize=(5 * len(targets), 0.6 +
+                                                    0.35 * len(algorithms)),
+                           squeeze=False)
+  for ax, target in zip(axes[0], targets):
+    stats = {a: summarize([r for r in members if r.algorithm == a],
+                          target)['rounds'] for a in algorithms}
+    shown = {a: s for a, s in stats.items() if s.bound is not None}
+    order = sorted(shown, key=lambda a: shown[a].bound, reverse=True)
+    bars = ax.barh(order, [shown[a].bound for a in order],
+                   color=['tab:red' if a == 'fathom' else 'tab:blue'
+                          if a == 'fedavg' else 'tab:grey' for a in order])
+    for bar, a in zip(bars, order):
+      if not shown[a].values:
+        bar.set_hatch('//')
+        bar.set_alpha(0.5)
+    if 'fedavg' in shown:
+      ax.axvline(shown['fedavg'].bound, color='tab:blue', linewidth=0.8,
+                 linestyle='--')
+    ax.set_title(f'rounds to {target:.0%} (hatched: never reached)',
+                 fontsize=10)
+    ax.set_xlabel('rounds')
+    ax.grid(axis='x', alpha=0.3)
+  fig.suptitle(f'{members[0].row}: every algorithm; {members[0].dataset}',
+               fontsize=9)
+  fig.tight_layout()
+  return fig
+
+
+def figures(runs: Sequence[RunInfo], out_dir: str) -> list[str]:
+  """Per row, `<row>.png` (`figure_1`) and, where the row has algorithms
+  beyond FATHOM and FedAvg, `<row>_algorithms.png` (`algorithms_figure`)."""
+  plt = _pyplot()
   os.makedirs(out_dir, exist_ok=True)
   written = []
+  targets = row_targets(runs)
   for row in sorted({r.row for r in runs}):
     members = [r for r in runs if r.row == row]
-    algorithms = sorted({r.algorithm for r in members})
-    fig, axes = plt.subplots(1, 5, figsize=(22, 4))
-    # One colour per algorithm however many (tab20), and a dash for the
-    # second ten, so no two lines look alike.
-    styles = [dict(color=plt.cm.tab20(i % 20), linestyle='-' if i < 10
-                   else '--') for i in range(len(algorithms))]
-    for algorithm, style in zip(algorithms, styles):
-      frames = [r.frame for r in members if r.algorithm == algorithm]
-      _band(axes[0], frames, 'round', 'eval/accuracy', algorithm, style)
-      _band(axes[1], frames, 'cost/examples_cumulative', 'eval/accuracy',
-            algorithm, style)
-      for ax, (column, _) in zip(axes[2:], HPARAMS):
-        names = [comparison.hparam_column(f, column) for f in frames]
-        if all(names) and len(set(names)) == 1:
-          _band(ax, frames, 'round', names[0], algorithm, style)
-    titles = ['test accuracy vs rounds', 'test accuracy vs examples',
-              *(t for _, t in HPARAMS)]
-    for ax, title in zip(axes, titles):
-      ax.set_title(title, fontsize=9)
-      ax.grid(alpha=0.3)
-      if ax.lines:
-        ax.legend(fontsize=7, ncol=2 if len(algorithms) > 6 else 1)
-    if members[0].task == 'emnist_cr':  # The targets, not the first rounds.
-      for ax in axes[:2]:
-        ax.set_ylim(0.6, 0.9)
-        for target in EMNIST_TARGETS:
-          ax.axhline(target, color='grey', linewidth=0.6, linestyle=':')
-    axes[1].xaxis.set_major_formatter(matplotlib.ticker.EngFormatter())
-    axes[1].set_xlabel('examples processed')
-    for ax in (axes[0], *axes[2:]):
-      ax.set_xlabel('round')
-    fig.suptitle(f'{row}: {members[0].dataset}', fontsize=9)
-    fig.tight_layout()
-    path = os.path.join(out_dir, f'{row}.png')
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    written.append(path)
+    drawn = [(f'{row}.png', figure_1(members))]
+    if {r.algorithm for r in members} - set(PAIRED) and targets.get(row):
+      drawn.append((f'{row}_algorithms.png',
+                    algorithms_figure(members, targets[row])))
+    for name, fig in drawn:
+      path = os.path.join(out_dir, name)
+      fig.savefig(path, dpi=90)
+      plt.close(fig)
+      written.append(path)
   return written
 
 
