@@ -25,7 +25,7 @@ def test_unknown_name_is_an_attribute_error():
 
 # The documented commands keep their module paths whatever the rooms.
 @pytest.mark.parametrize('module', ['tff_hpo.sweep', 'tff_hpo.report',
-                                    'tff_hpo.close_run'])
+                                    'tff_hpo.close_run', 'tff_hpo.tune'])
 def test_documented_commands_run(module):
   proc = subprocess.run([sys.executable, '-m', module, '--help'], cwd=ROOT,
                         env={**os.environ, 'PYTHONPATH': ROOT},
