@@ -177,7 +177,7 @@ def test_resume_after_crash_equals_uninterrupted_run(tmp_path, cache_dir,
                                                      algorithm):
   # 20 test clients: evaluation resumes too (the CSVs must match), and all
   # 396 made this test the suite's slowest (8 evaluations per case).
-  common = dict(total_rounds=5, rounds_per_eval=2, rounds_per_checkpoint=2,
+  common = dict(total_rounds=4, rounds_per_eval=2, rounds_per_checkpoint=2,
                 seed=3, algorithm=algorithm, eval_clients=20)
   whole_cfg = _config(tmp_path, cache_dir, experiment_name='whole', **common)
   whole = experiment.Experiment(whole_cfg, out=io.StringIO())
@@ -208,16 +208,16 @@ def test_resume_after_crash_equals_uninterrupted_run(tmp_path, cache_dir,
                       _leaves(got)):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
     # States are held for exactly the clients sampled so far.
-    sampled = {r: whole.sample(r) for r in range(1, 6)}
+    sampled = {r: whole.sample(r) for r in range(1, 5)}
     assert len(whole_store) == len(set().union(*sampled.values())) < 396
     assert int(float(_rows(whole_cfg)[-1]['cost/clients_with_state'])) == len(
         whole_store)
-    # On disk, a client keeps the versions the kept checkpoints (rounds 2,
-    # 4, 5) and its live state need; the crashed run's round 3 was replaced.
+    # On disk, a client keeps the versions the kept checkpoints (rounds 2
+    # and 4) and its live state need; the crashed run's round 3 was replaced.
     folder = os.path.join(cut_cfg.run_dir, experiment.CLIENT_STATES_DIR)
     for client_id in ids:
       rounds = [r for r in sampled if client_id in sampled[r]]
-      want = {max(r for r in rounds if r <= k) for k in (2, 4, 5)
+      want = {max(r for r in rounds if r <= k) for k in (2, 4)
               if min(rounds) <= k} | {max(rounds)}
       got = os.listdir(os.path.join(folder, client_id.encode().hex()))
       assert sorted(got) == sorted(f'{r}.state' for r in want), client_id

@@ -22,7 +22,7 @@ from tff_hpo.tuning import trials as trials_lib
 
 pytestmark = pytest.mark.slow
 
-TRIALS = 3
+TRIALS = 2
 
 
 def _tune(study_dir, flagfile, sampler_seed):
