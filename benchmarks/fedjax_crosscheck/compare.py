@@ -51,8 +51,14 @@ VARIANTS = {
 }
 
 
+def _evaluated(run_dir: str) -> bool:
+  frame = comparison.load_run(run_dir)
+  return 'eval/accuracy' in frame and bool(frame['eval/accuracy'].notna().any())
+
+
 def groups(root: str, table1: str) -> dict[tuple[str, str], list[str]]:
-  """(algorithm, label) -> run directories, references first."""
+  """(algorithm, label) -> run directories with at least one evaluation,
+  references first."""
   found: dict[tuple[str, str], list[str]] = {}
   for prefix, (algorithm, label) in REFERENCES.items():
     for d in sorted(glob.glob(os.path.join(root, f'{prefix}_s*'))):
@@ -69,7 +75,9 @@ def groups(root: str, table1: str) -> dict[tuple[str, str], list[str]]:
           root, 'differences', f'{algorithm}_{variant}_s[0-9]')))
       if dirs:
         found[(algorithm, label)] = dirs
-  return found
+  found = {key: [d for d in dirs if _evaluated(d)]
+           for key, dirs in found.items()}
+  return {key: dirs for key, dirs in found.items() if dirs}
 
 
 def accuracy_at(run_dir: str) -> dict[int, float]:
