@@ -117,6 +117,7 @@ def check_clients_per_round(config: ExperimentConfig,
 def default_experiment_name(task: str, algorithm: str, seed: int) -> str:
   return f'{task}_{algorithm}_s{seed}'
 
+
 def _require(ok: bool, flag: str, expected: str, got: object) -> None:
   if not ok:
     raise ConfigError(f'--{flag}: expected {expected}, got {got!r}')
@@ -139,7 +140,6 @@ def check_writable_dir(flag: str, path: str) -> None:
   except OSError as e:
     raise ConfigError(
         f'--{flag}: cannot write under {probe!r}: {e.strerror}') from e
-
 
 
 def _with_options(config: ExperimentConfig, option_types: tuple[type, ...],

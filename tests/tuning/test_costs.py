@@ -10,6 +10,7 @@ import optuna
 import pandas as pd
 import pytest
 
+from tff_hpo.reporting import table1
 from tff_hpo.tuning import costs
 from tff_hpo.tuning import space
 
@@ -23,7 +24,7 @@ def _trial(number, accuracies, state='COMPLETE'):
       'cost/examples_cumulative': [10 * i for i in range(1, n + 1)],
       'cost/local_steps_cumulative': [2 * i for i in range(1, n + 1)],
       'time/round_seconds': [1.0] * n})
-  return costs.TrialRecord(number, state, costs.with_train_seconds(frame))
+  return costs.TrialRecord(number, state, table1.with_train_seconds(frame))
 
 
 def test_pruned_and_failed_trials_are_charged_in_full():

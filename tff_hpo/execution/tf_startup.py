@@ -31,15 +31,14 @@ import sys
 import tempfile
 from typing import Any, Iterator, Optional, Sequence
 
-SPURIOUS = re.compile(
-    rb'Unable to register (cuDNN|cuFFT|cuBLAS) factory: Attempting to '
-    rb'register factory for plugin \w+ when one has already been registered')
-# The same lines as an extended regular expression, for grep, plus grappler's.
+# TensorFlow's spurious lines, as an extended regular expression (grep's
+# syntax, which Python's `re` reads the same way).
 SPURIOUS_ERE = (
     'Unable to register (cuDNN|cuFFT|cuBLAS) factory: Attempting to register '
     'factory for plugin [A-Za-z]+ when one has already been registered|'
     r'grappler_item_builder\.cc:[0-9]+\] Failed to detect the fetch node\(s\), '
     'skipping this input')
+SPURIOUS = re.compile(SPURIOUS_ERE.encode())
 DEFAULT_LOG_LEVEL = '2'
 
 

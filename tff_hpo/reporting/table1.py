@@ -91,9 +91,7 @@ def load_runs(root: str) -> list[RunInfo]:
     frame = comparison.load_run(run_dir)
     if frame.empty:
       continue
-    if 'eval/accuracy' not in frame:  # Not evaluated yet.
-      frame['eval/accuracy'] = np.nan
-    frame['train_seconds'] = frame['time/round_seconds'].cumsum()
+    frame = with_train_seconds(frame)
     ended = run_status.has_ended(run_dir)
     status = run_status.read(run_dir) or {}
     closed = status.get('closed')
@@ -104,6 +102,16 @@ def load_runs(root: str) -> list[RunInfo]:
                         config['task'], frame, ended, budget, dataset,
                         closed, config['total_rounds']))
   return runs
+
+
+def with_train_seconds(frame: pd.DataFrame) -> pd.DataFrame:
+  """A run's metrics with the cumulative training seconds `COSTS` reads
+  (and an empty accuracy column while it has not been evaluated)."""
+  frame = frame.copy()
+  frame['train_seconds'] = frame['time/round_seconds'].cumsum()
+  if 'eval/accuracy' not in frame:
+    frame['eval/accuracy'] = np.nan
+  return frame
 
 
 def cost_to_target(frame: pd.DataFrame, target: float) -> Optional[dict]:

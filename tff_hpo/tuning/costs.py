@@ -28,14 +28,6 @@ class TrialRecord:
   frame: pd.DataFrame  # The trial's metrics.csv, with 'train_seconds'.
 
 
-def with_train_seconds(frame: pd.DataFrame) -> pd.DataFrame:
-  frame = frame.copy()
-  frame['train_seconds'] = frame['time/round_seconds'].cumsum()
-  if 'eval/accuracy' not in frame:
-    frame['eval/accuracy'] = np.nan
-  return frame
-
-
 def _last(frame: pd.DataFrame) -> dict[str, float]:
   if frame.empty:
     return {name: 0.0 for name, _ in COSTS}

@@ -30,6 +30,7 @@ from optuna.storages import RetryFailedTrialCallback
 from optuna.trial import TrialState
 
 from tff_hpo.reporting import comparison
+from tff_hpo.reporting import table1
 from tff_hpo.tuning import costs
 from tff_hpo.tuning import space as space_lib
 from tff_hpo.tuning import trials as trials_lib
@@ -169,7 +170,7 @@ def records(study: optuna.Study) -> list[costs.TrialRecord]:
     final = [u for u in study.trials
              if u.user_attrs.get(trials_lib.RUN_DIR) == run_dir][-1]
     out.append(costs.TrialRecord(t.number, final.state.name,
-                                 costs.with_train_seconds(frame)))
+                                 table1.with_train_seconds(frame)))
   return out
 
 
