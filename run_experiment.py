@@ -143,6 +143,16 @@ _BATCHING = flags.DEFINE_enum(
     'tff: shuffle, E passes, a partial last batch (TFF\'s tasks); fedjax: '
     'ceil(E n / B) full batches from a reshuffled stream (FedJAX\'s '
     'shuffle_repeat_batch).')
+_RESHUFFLE = flags.DEFINE_bool(
+    'reshuffle_each_round', False,
+    'A client\'s examples in a new order every round (from seed, round and '
+    'client, as FedJAX\'s unseeded shuffle); default: one order per client, '
+    'the same whenever it is sampled.')
+_FRESH_DROPOUT = flags.DEFINE_bool(
+    'fresh_dropout_masks', False,
+    'EMNIST: dropout masks drawn from each layer\'s input, so new at every '
+    'step of every round (as FedJAX\'s per-round PRNG keys); default: the '
+    'same masks whenever a client is sampled.')
 _RESTART = flags.DEFINE_bool(
     'restart_if_unreadable', False,
     'Train again from round 0 a run whose checkpoints are all unreadable '
@@ -213,6 +223,8 @@ def config_from_flags() -> config_lib.ExperimentConfig:
       offline_data_dir=_OFFLINE.value,
       emnist_invert_pixels=_INVERT.value,
       emnist_model_init=_MODEL_INIT.value, client_batching=_BATCHING.value,
+      reshuffle_each_round=_RESHUFFLE.value,
+      fresh_dropout_masks=_FRESH_DROPOUT.value,
       early_stop_accuracy=_STOP_ACCURACY.value,
       early_stop_evals=_STOP_EVALS.value,
       restart_if_unreadable=_RESTART.value,

@@ -20,6 +20,7 @@ tf_startup.install()  # Before the task modules import TensorFlow.
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from tasks import client_examples
+from tasks import dropout_masks
 from tasks import initializers
 from tasks import emnist
 from tasks import shakespeare
@@ -134,7 +135,8 @@ def load(name: str, *, batch_size: int, epochs: int,
          max_examples: Optional[int], cache_dir: str, offline_data_dir: str,
          seed: Optional[int], per_example: bool = False,
          invert_pixels: bool = False, model_init: str = 'keras',
-         batching: str = 'tff') -> LoadedTask:
+         batching: str = 'tff',
+         fresh_dropout_masks: bool = False) -> LoadedTask:
   """Converts offline data if given, then builds the task with TFF's code.
 
   With `per_example`, TFF's train preprocessing runs with batches of one and
@@ -149,6 +151,8 @@ def load(name: str, *, batch_size: int, epochs: int,
   `batching='fedjax'` batches the train data as FedJAX's
   `shuffle_repeat_batch` (`client_examples.shuffle_repeat_batches`; for
   pre-batched data, those clients that batch their own take the setting).
+  `fresh_dropout_masks` draws dropout masks from each layer's input
+  (`tasks/dropout_masks.py`).
   """
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
   from tasks.offline import prepare  # pylint: disable=g-import-not-at-top
@@ -196,5 +200,7 @@ def load(name: str, *, batch_size: int, epochs: int,
     label += '; initial kernels as FedJAX\'s Haiku model'
   if batching == 'fedjax':
     label += '; FedJAX\'s full shuffle-repeat batches'
+  if fresh_dropout_masks:
+    model_fn = dropout_masks.fresh_each_round(model_fn, seed)
   return LoadedTask(baseline, module.ACCURACY_METRIC, label, model_fn,
                     fingerprint)

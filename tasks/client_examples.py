@@ -17,6 +17,13 @@ for every task:
   loss then sums in another order). Setting the seed of the graph TFF traces
   the preprocessing into fixes the order the way TFF's EMNIST task fixes its
   own with `debug_seed`: one order per client, the same in every round.
+
+One order per client in every round is not FedJAX's: its `fed_avg`
+reshuffles a client's examples each time it is sampled. With
+`--reshuffle_each_round` the data computation takes round keys
+(`round_key`) and puts a client's examples in an order drawn from (seed,
+round, client) before the task's preprocessing, whose own seeded shuffle
+then permutes a new order each round; a rerun repeats it.
 """
 
 from __future__ import annotations
@@ -28,6 +35,12 @@ import tensorflow_federated as tff
 
 PreprocessFn = Callable[[tf.data.Dataset], tf.data.Dataset]
 
+# Between a client id and a round number in a round key; in no client id.
+ROUND_SEPARATOR = '\x1f'
+# Examples shuffled for a round's order when the client's count is not
+# capped: more than any client of the offline datasets holds.
+ORDER_BUFFER = 2**14
+
 
 def first_examples_then(preprocess_fn: PreprocessFn,
                         max_examples: Optional[int],
@@ -37,14 +50,44 @@ def first_examples_then(preprocess_fn: PreprocessFn,
   traced into a graph (eager calls, e.g. TFF reading the element type, are
   left alone: setting a seed there would reset the process's global one)."""
 
-  def preprocess(dataset: tf.data.Dataset) -> tf.data.Dataset:
+  def preprocess(dataset: tf.data.Dataset,
+                 order_seed: Optional[tf.Tensor] = None) -> tf.data.Dataset:
+    """With `order_seed` (an int64 scalar), the examples taken are first
+    shuffled by it."""
     if graph_seed is not None and not tf.executing_eagerly():
       tf.compat.v1.get_default_graph().seed = graph_seed
     if max_examples is not None:
       dataset = dataset.take(max_examples)
+    if order_seed is not None:
+      dataset = dataset.shuffle(max_examples or ORDER_BUFFER, seed=order_seed,
+                                reshuffle_each_iteration=False)
     return preprocess_fn(dataset)
 
   return preprocess
+
+
+def round_key(client_id: str, round_num: int) -> str:
+  """The key `reshuffled_each_round`'s computation takes for a client's
+  data in round `round_num`."""
+  return f'{client_id}{ROUND_SEPARATOR}{round_num}'
+
+
+def reshuffled_each_round(client_data: Any, preprocess_fn: Callable[..., Any],
+                          seed: int) -> Any:
+  """A TFF dataset computation on round keys: the client's raw data from
+  `client_data` (a `ClientData`) through `preprocess_fn` (a
+  `first_examples_then` function) with an order seed hashed from the key
+  and `seed`."""
+
+  @tff.tensorflow.computation(tf.string)
+  def dataset_for(key):
+    client_id = tf.strings.split(key, ROUND_SEPARATOR)[0]
+    order_seed = tf.strings.to_hash_bucket_fast(
+        tf.strings.join([key, str(seed)], ROUND_SEPARATOR), 2**62)
+    return preprocess_fn(client_data.serializable_dataset_fn(client_id),
+                         order_seed=order_seed)
+
+  return dataset_for
 
 
 def with_preprocessing(task: Any, train_fn: PreprocessFn,

@@ -61,6 +61,12 @@ class ExperimentConfig:
   # partial last batch) or FedJAX's shuffle-repeat (ceil(E n / B) full
   # batches, the last topped up from a reshuffled next pass).
   client_batching: str = 'tff'
+  # A client's example order and (EMNIST) dropout masks new in every round,
+  # as FedJAX's: drawn from (seed, round, client), so a rerun repeats them.
+  # Off: one order and one set of masks per client, the same whenever it is
+  # sampled (`tasks/client_examples.py`, `tasks/dropout_masks.py`).
+  reshuffle_each_round: bool = False
+  fresh_dropout_masks: bool = False
   # Stop once eval accuracy has reached this and `early_stop_evals` further
   # evaluations are recorded (None: train to total_rounds).
   early_stop_accuracy: Optional[float] = None
@@ -206,6 +212,9 @@ def resolve(config: ExperimentConfig, task_names: tuple[str, ...],
            config.emnist_model_init)
   _require(config.client_batching in CLIENT_BATCHINGS, 'client_batching',
            f'one of {CLIENT_BATCHINGS}', config.client_batching)
+  _require(not config.fresh_dropout_masks or config.task == 'emnist_cr',
+           'fresh_dropout_masks', 'only with --task=emnist_cr (the one '
+           'task whose model has dropout)', config.task)
   _require(config.early_stop_accuracy is None or
            0 < config.early_stop_accuracy <= 1, 'early_stop_accuracy',
            'an accuracy in (0, 1] (or unset)', config.early_stop_accuracy)

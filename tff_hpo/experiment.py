@@ -95,9 +95,11 @@ class Experiment:
     """The clients of round `round_num` (the same on every resume)."""
     return self.wiring.sample(round_num, self.config.clients_per_round)
 
-  def round(self, state: Any, client_ids: list[str]) -> tuple[Any, Any]:
-    """One round of the process on `client_ids`: (new state, metrics)."""
-    return self.wiring.clients.round(state, client_ids)
+  def round(self, state: Any, client_ids: list[str],
+            round_num: int = 0) -> tuple[Any, Any]:
+    """Round `round_num` of the process on `client_ids`: (new state,
+    metrics). The number matters only with `--reshuffle_each_round`."""
+    return self.wiring.clients.round(state, client_ids, round_num)
 
   def evaluate(self, state: Any, previous_weights: Any = None
                ) -> dict[str, float]:
@@ -137,7 +139,7 @@ class Experiment:
       hparams = self.process.get_hparams(ckpt.state)
       t0 = time.perf_counter()
       with _stop_on_request():
-        state, process_metrics = self.round(ckpt.state, clients)
+        state, process_metrics = self.round(ckpt.state, clients, round_num)
       metrics = round_metrics.released(
           process_metrics, hparams, accuracy_metric=self.task.accuracy_metric,
           round_num=round_num, num_clients=len(clients),

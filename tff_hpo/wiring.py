@@ -37,15 +37,36 @@ class Wiring:
   num_train_clients: int = 0
 
 
-def train_data(task: Any, per_example: bool) -> Any:
-  """The task's train `ClientData` after TFF's preprocessing; `per_example`
-  unbatches it for clients that batch their own data (FATHOM, FedHyper,
-  SCAFFOLD, AdaBest: `AlgorithmSpec.per_example_data`)."""
-  data = task.baseline.datasets
+def train_preprocess_fn(task: Any, per_example: bool) -> Callable[..., Any]:
+  """The task's train preprocessing (`client_examples.first_examples_then`);
+  `per_example` unbatches it for clients that batch their own data (FATHOM,
+  FedHyper, SCAFFOLD, AdaBest: `AlgorithmSpec.per_example_data`)."""
+  fn = task.baseline.datasets.train_preprocess_fn
   if per_example:
-    return data.train_data.preprocess(
-        lambda ds: data.train_preprocess_fn(ds).unbatch())
-  return data.train_data.preprocess(data.train_preprocess_fn)
+    return lambda ds, **kwargs: fn(ds, **kwargs).unbatch()
+  return fn
+
+
+def train_data(task: Any, per_example: bool) -> Any:
+  """The task's train `ClientData` after its preprocessing."""
+  return task.baseline.datasets.train_data.preprocess(
+      train_preprocess_fn(task, per_example))
+
+
+def data_computation(task: Any, config: config_lib.ExperimentConfig,
+                     per_example: bool) -> tuple[Any, client_states.DataKeys]:
+  """The TFF computation from a client's key to its train dataset, and the
+  keys of a round's clients: client ids, or with `--reshuffle_each_round`
+  round keys (`client_examples.reshuffled_each_round`)."""
+  from tasks import client_examples  # pylint: disable=g-import-not-at-top
+  if not config.reshuffle_each_round:
+    return (train_data(task, per_example).dataset_computation,
+            client_states.ids_as_keys)
+  computation = client_examples.reshuffled_each_round(
+      task.baseline.datasets.train_data,
+      train_preprocess_fn(task, per_example), config.seed)
+  return computation, lambda client_ids, round_num: [
+      client_examples.round_key(c, round_num) for c in client_ids]
 
 
 def build(config: config_lib.ExperimentConfig) -> Wiring:
@@ -61,16 +82,19 @@ def build(config: config_lib.ExperimentConfig) -> Wiring:
       cache_dir=config.cache_dir, offline_data_dir=config.offline_data_dir,
       seed=config.seed, per_example=spec.per_example_data,
       invert_pixels=config.emnist_invert_pixels,
-      model_init=config.emnist_model_init, batching=config.client_batching)
+      model_init=config.emnist_model_init, batching=config.client_batching,
+      fresh_dropout_masks=config.fresh_dropout_masks)
   data = task.baseline.datasets
   train = train_data(task, spec.per_example_data)
+  dataset_computation, data_keys = data_computation(task, config,
+                                                    spec.per_example_data)
   config_lib.check_clients_per_round(config, len(train.client_ids))
   process = spec.build(config, task.model_fn, len(train.client_ids))
   host_communication = registry.host_side_communication(spec, task.model_fn)
   if isinstance(process, composer.StatefulClientsProcess):
     def with_data(computation):
       return tff.simulation.compose_dataset_computation_with_computation(
-          train.dataset_computation, computation)
+          dataset_computation, computation)
 
     # A worker on another host cannot open this host's state files.
     worker_has_our_files = not config_lib.worker_addresses(config)
@@ -78,11 +102,11 @@ def build(config: config_lib.ExperimentConfig) -> Wiring:
         with_data(process.next), process.initial_client_state,
         os.path.join(config.run_dir, run_dir.CLIENT_STATES_DIR),
         with_data(process.next_with_state_files)
-        if worker_has_our_files else None)
+        if worker_has_our_files else None, data_keys=data_keys)
   else:
     clients = client_states.StatelessClients(
         tff.simulation.compose_dataset_computation_with_learning_process(
-            train.dataset_computation, process).next)
+            dataset_computation, process).next, data_keys=data_keys)
   test = data.test_data.preprocess(data.eval_preprocess_fn)
   return Wiring(
       config=config, spec=spec, task=task, process=process, clients=clients,

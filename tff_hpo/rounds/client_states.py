@@ -21,6 +21,15 @@ import tensorflow as tf
 
 from tff_hpo.runs import client_state_files
 
+# (client ids, round) -> what the round's data computation takes: the ids,
+# or round keys (`wiring.data_computation`).
+DataKeys = Callable[[list[str], int], list[str]]
+
+
+def ids_as_keys(client_ids: list[str], round_num: int) -> list[str]:
+  del round_num
+  return list(client_ids)
+
 
 class ClientStateStore:
   """client id -> nested numpy state; a new client starts from `initial()`."""
@@ -63,11 +72,14 @@ class ClientStateStore:
 class StatelessClients:
   """Clients without state: a round is the process's `next` on client ids."""
 
-  def __init__(self, next_fn: Callable[..., Any]):
+  def __init__(self, next_fn: Callable[..., Any],
+               data_keys: DataKeys = ids_as_keys):
     self._next = next_fn
+    self._data_keys = data_keys
 
-  def round(self, state: Any, client_ids: list[str]) -> tuple[Any, Any]:
-    output = self._next(state, client_ids)
+  def round(self, state: Any, client_ids: list[str],
+            round_num: int = 0) -> tuple[Any, Any]:
+    output = self._next(state, self._data_keys(client_ids, round_num))
     return output.state, output.metrics
 
   def save(self, round_num: int) -> None:
@@ -90,23 +102,30 @@ class StatefulClients:
 
   def __init__(self, next_fn: Callable[..., Any], initial: Callable[[], Any],
                folder: str,
-               next_with_state_files: Optional[Callable[..., Any]] = None):
+               next_with_state_files: Optional[Callable[..., Any]] = None,
+               data_keys: DataKeys = ids_as_keys):
     """With `next_with_state_files` (for a worker on this host's files), the
     worker reads and writes the states; without (or set to None later), they
     pass through `next_fn`."""
     self._next = next_fn
     self.next_with_state_files = next_with_state_files
     self.store = client_state_files.ClientStateFiles(folder, initial)
+    self._data_keys = data_keys
     self._round = 0
 
-  def round(self, state: Any, client_ids: list[str]) -> tuple[Any, Any]:
+  def round(self, state: Any, client_ids: list[str],
+            round_num: int = 0) -> tuple[Any, Any]:
+    """`round_num` is ignored: the states' own count (restored with them)
+    numbers the round."""
+    del round_num
     round_num = self._round + 1
+    keys = self._data_keys(client_ids, round_num)
     if self.next_with_state_files is not None:
       state, metrics, _ = self.next_with_state_files(
-          state, client_ids, *self.store.paths(client_ids, round_num))
+          state, keys, *self.store.paths(client_ids, round_num))
       self.store.commit(client_ids, round_num)
     else:
-      state, metrics, new_states = self._next(state, client_ids,
+      state, metrics, new_states = self._next(state, keys,
                                               self.store.gather(client_ids))
       self.store.update(client_ids, new_states, round_num)
     self._round = round_num
