@@ -71,11 +71,13 @@ def test_several_workers_for_stateless_clients(tmp_path):
   assert _resolve(tmp_path, algorithm='fedavg', workers=3).workers == 3
 
 
-def test_inverted_pixels_only_for_emnist(tmp_path):
-  assert _resolve(tmp_path, emnist_invert_pixels=True).emnist_invert_pixels
+@pytest.mark.parametrize('flag', ['emnist_invert_pixels',
+                                  'fresh_dropout_masks'])
+def test_emnist_only_settings(tmp_path, flag):
+  assert getattr(_resolve(tmp_path, **{flag: True}), flag)
   with pytest.raises(config_lib.ConfigError,
-                     match='^--emnist_invert_pixels: expected only with'):
-    _resolve(tmp_path, task='shakespeare', emnist_invert_pixels=True)
+                     match=f'^--{flag}: expected only with'):
+    _resolve(tmp_path, task='shakespeare', **{flag: True})
 
 
 @pytest.mark.parametrize('field, value', [
