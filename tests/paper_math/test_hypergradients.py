@@ -57,6 +57,26 @@ def test_smoothing_is_a_single_pole_filter():
   np.testing.assert_allclose(sm[0].numpy(), [0.375, 2.0])
 
 
+def test_local_cosine_step_is_the_cosine_of_the_running_sum():
+  """Eq. (12)'s cos(S_k, g_k) from running scalars equals NumPy's cosine of
+  the explicit sum, step after step (including an opposed step and a zero
+  gradient, whose cosine is 0)."""
+  rng = np.random.default_rng(0)
+  grads = [rng.normal(size=50) for _ in range(6)]
+  grads[3] = -2.0 * grads[0] - grads[1] - grads[2]
+  grads.append(np.zeros(50))
+  sum_sq, running = tf.constant(0.0), np.zeros(50)
+  for g in grads:
+    dot_prev = float(running @ g)
+    cosine, sum_sq = hg.local_cosine_step(
+        sum_sq, tf.constant(dot_prev), tf.constant(float(g @ g)))
+    running = running + g
+    want = (0.0 if not g.any() else
+            running @ g / (np.linalg.norm(running) * np.linalg.norm(g)))
+    assert float(cosine) == pytest.approx(want, abs=1e-5)
+    assert float(sum_sq) == pytest.approx(running @ running, rel=1e-5)
+
+
 @pytest.mark.parametrize('nu, epochs, batch, floor_steps, ceil_steps', [
     (100, 1.0, 20, 5, 5), (99, 1.0, 20, 4, 5), (10, 1.0, 64, 1, 1),
     (10, 2.5, 4, 6, 7), (0, 1.0, 20, 1, 1)])

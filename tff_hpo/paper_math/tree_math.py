@@ -12,7 +12,7 @@ from typing import Any
 
 import tensorflow as tf
 
-_TINY = 1e-12
+TINY = 1e-12  # Below it a product of norms counts as zero.
 
 
 def _rows_summed(slices: tf.IndexedSlices):
@@ -71,7 +71,7 @@ def all_finite(a: Any) -> tf.Tensor:
 def cosine(a: Any, b: Any) -> tf.Tensor:
   """cos(a, b); 0 when either side is zero (no direction, no signal)."""
   na, nb = norm(a), norm(b)
-  return tf.where(na * nb > _TINY, dot(a, b) / tf.maximum(na * nb, _TINY), 0.0)
+  return tf.where(na * nb > TINY, dot(a, b) / tf.maximum(na * nb, TINY), 0.0)
 
 
 def add_to(dense: tf.Tensor, update: Any) -> tf.Tensor:
