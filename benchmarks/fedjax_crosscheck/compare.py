@@ -7,11 +7,13 @@ this project's authors'-pipeline runs, one difference at a time.
 Reads the run directories of `run.py` (`<root>/<implementation>_s<seed>`),
 the project's runs of each pipeline variant (`<root>/differences/
 <algorithm>_<variant>_s<seed>`) and Table 1's baseline runs of the
-authors' pipeline: as it stood (`results/table1/authors_kerasinit_emnist_
-baseline_<algorithm>_s<seed>`, Keras' kernels) and as it is now
-(`authors_emnist_baseline_...`, FedJAX's kernels, run to the early stop). Writes `comparison.md` (test accuracy at
-rounds 10-100, mean ± std over seeds, and rounds to 80 / 85 % per seed)
-and `comparison.png`. Numbers only from run files; a group with fewer
+authors' pipeline in each of its versions (`results/table1/
+authors_kerasinit_emnist_baseline_<algorithm>_s<seed>`: Keras' kernels;
+`authors_fixedmasks_...`: FedJAX's kernels, the same dropout masks whenever
+a client is sampled; `authors_emnist_baseline_...`: as it is now, run to
+the early stop). Writes `comparison.md` (test accuracy at rounds 10-100 and
+150-300, mean ± std over seeds, and rounds to 80 / 85 / 86 % per seed) and
+`comparison.png`. Numbers only from run files; a group with fewer
 seeds than asked says so.
 """
 
@@ -42,8 +44,11 @@ REFERENCES = {  # Directory prefix -> (algorithm, label).
 }
 TABLE1 = {  # Table 1's run prefix -> label.
     'authors_kerasinit_emnist_baseline':
-        'ours, as it stood (Keras init, TFF batches)',
-    'authors_emnist_baseline': 'ours, Table 1 now (FedJAX init, TFF batches)',
+        'ours, first pipeline (Keras init, TFF batches)',
+    'authors_fixedmasks_emnist_baseline':
+        'ours, second pipeline (FedJAX init, fixed dropout masks)',
+    'authors_emnist_baseline':
+        'ours, Table 1 now (FedJAX init, fresh dropout masks)',
 }
 VARIANTS = {
     'init': 'ours, --emnist_model_init=fedjax',

@@ -246,7 +246,11 @@ def test_rerun_rows_set_new_old_and_authors_code_ratios_side_by_side(
        algorithm='fathom', seed=0)
   _run(table, 'authors_kerasinit_emnist_baseline_fedavg_s0',
        [0.5, 0.6, 0.7, 0.8], algorithm='fedavg', seed=0)
-  # A row not rerun yet: only its old runs.
+  # A row not rerun yet: only its runs of the two earlier versions.
+  _run(table, 'authors_fixedmasks_emnist_bs4_fathom_s0', [0.8],
+       algorithm='fathom', seed=0)
+  _run(table, 'authors_fixedmasks_emnist_bs4_fedavg_s0', [0.5, 0.6, 0.8],
+       algorithm='fedavg', seed=0)
   _run(table, 'authors_kerasinit_emnist_bs4_fathom_s0', [0.8],
        algorithm='fathom', seed=0)
   _run(table, 'authors_kerasinit_emnist_bs4_fedavg_s0', [0.5, 0.8],
@@ -261,11 +265,11 @@ def test_rerun_rows_set_new_old_and_authors_code_ratios_side_by_side(
   pairs = table1.crosscheck_pairs(str(crosscheck))
   text = table1.rerun_markdown(table1.load_runs(str(table)), pairs)
   lines = text.splitlines()
-  assert ('| authors_emnist_baseline | 0.8 | 0.50 / 0.50 (1 + 1) | '
+  assert ('| authors_emnist_baseline | 0.8 | 0.50 / 0.50 (1 + 1) | - | '
           '0.75 / 0.75 (1 + 1) | 0.40 / 0.40 (1 + 1) | 0.50 / 0.50 (1 + 1) |'
           ) in lines
-  assert ('| authors_emnist_bs4 | 0.8 | - | 0.50 / 0.50 (1 + 1) | - | - |'
-          ) in lines
+  assert ('| authors_emnist_bs4 | 0.8 | - | 0.33 / 0.33 (1 + 1) | '
+          '0.50 / 0.50 (1 + 1) | - | - |') in lines
   assert table1.crosscheck_pairs(str(tmp_path / 'absent')) == {}
   # The committed files the report reads by default are where it looks.
   assert set(table1.crosscheck_pairs()) == {'FedJAX fed_avg'} | (

@@ -43,9 +43,11 @@ COSTS = (('rounds', 'round'), ('examples', 'cost/examples_cumulative'),
          ('seconds', 'train_seconds'))
 HPARAMS = comparison.HPARAMS
 PAIRED = ('fathom', 'fedavg')  # Table 1's two columns, first in every listing.
-# Row prefix of the authors' pipeline as it ran before it drew the CNN's
-# kernels as FedJAX does (the runs' old name was `authors_...`).
-KERAS_INIT = 'authors_kerasinit_'
+# Row prefixes of the authors' pipeline as it ran before, newest first, with
+# what it lacked (the runs' old name was `authors_...`): the CNN's kernels
+# drawn as FedJAX draws them, then FedJAX's fresh dropout masks each round.
+SUPERSEDED = (('authors_fixedmasks_', 'FedJAX kernels, fixed masks'),
+              ('authors_kerasinit_', 'Keras kernels'))
 # The authors' own code and FedJAX's FedAvg, run on the authors' EMNIST flags
 # (benchmarks/fedjax_crosscheck): the baseline row's third implementation.
 CROSSCHECK = os.path.join(ROOT, 'results', 'fedjax_crosscheck')
@@ -333,10 +335,10 @@ def crosscheck_pairs(root: str = CROSSCHECK
 def rerun_markdown(runs: Sequence[RunInfo],
                    pairs: dict[str, tuple[list[RunInfo], list[RunInfo]]]
                    ) -> str:
-  """Per row of the authors' EMNIST pipeline rerun with FedJAX's kernels:
-  FATHOM / FedAvg ratios now and as the row first ran (Keras' kernels), and
-  on the baseline row the authors' code's own ratios. A cell gives the ratio
-  of rounds, then of examples, then the runs counted (FATHOM + FedAvg: those
+  """Per row of the authors' EMNIST pipeline: FATHOM / FedAvg ratios now
+  and in each earlier version of the pipeline (`SUPERSEDED`), and on the
+  baseline row the authors' code's own ratios. A cell gives the ratio of
+  rounds, then of examples, then the runs counted (FATHOM + FedAvg: those
   that reached the target or ended)."""
   def cell(fathom: Sequence[RunInfo], fedavg: Sequence[RunInfo],
            target: float) -> str:
@@ -351,21 +353,25 @@ def rerun_markdown(runs: Sequence[RunInfo],
     return [[r for r in runs if r.row == row and r.algorithm == a]
             for a in PAIRED]
 
-  lines = ['| row | target | FedJAX kernels (now) | Keras kernels (before) | ' +
+  lines = ['| row | target | now | ' +
+           ' | '.join(f'{label} (before)' for _, label in SUPERSEDED) + ' | ' +
            ' | '.join(f"authors' code: FATHOM / {label}"
                       for label, _ in CROSSCHECK_FEDAVG) + ' |',
-           '|' + '---|' * (4 + len(CROSSCHECK_FEDAVG))]
-  for old in sorted({r.row for r in runs if r.row.startswith(KERAS_INIT)}):
-    row = 'authors_' + old[len(KERAS_INIT):]
-    if not all(paired(old)):
+           '|' + '---|' * (3 + len(SUPERSEDED) + len(CROSSCHECK_FEDAVG))]
+  rows = sorted({'authors_' + r.row[len(prefix):] for r in runs
+                 for prefix, _ in SUPERSEDED if r.row.startswith(prefix)})
+  for row in rows:
+    versions = [row] + [prefix + row[len('authors_'):]
+                        for prefix, _ in SUPERSEDED]
+    if not any(all(paired(v)) for v in versions):
       continue
     for target in EMNIST_TARGETS:
       authors = [cell(*pairs[label], target)
                  if row == CROSSCHECK_ROW and label in pairs else '-'
                  for label, _ in CROSSCHECK_FEDAVG]
-      lines.append(f'| {row} | {target:.3g} | {cell(*paired(row), target)} | '
-                   f'{cell(*paired(old), target)} | ' + ' | '.join(authors) +
-                   ' |')
+      lines.append(f'| {row} | {target:.3g} | ' +
+                   ' | '.join(cell(*paired(v), target) for v in versions) +
+                   ' | ' + ' | '.join(authors) + ' |')
   return '\n'.join(lines) if len(lines) > 2 else ''
 
 
@@ -543,13 +549,15 @@ ALGORITHMS_NOTE = (
     '(a ratio is the algorithm\'s mean over FedAvg\'s). Costs to target, '
     'not a tuning of these algorithms for this data.')
 RERUN_HEAD = (
-    '## The authors\' EMNIST pipeline, FedJAX\'s kernels against Keras\'\n\n'
+    '## The authors\' EMNIST pipeline, now and before\n\n'
     'FATHOM / FedAvg ratios of rounds / examples to the target (read as in '
-    'Table 1), for each row as rerun with the CNN\'s kernels drawn as '
-    'FedJAX draws them (`authors_emnist_*`) and as it first ran '
-    '(`authors_kerasinit_emnist_*`); in brackets the runs counted, FATHOM '
-    '+ FedAvg. On the baseline row, the same ratios of the authors\' FedJAX '
-    'code (`results/fedjax_crosscheck`, 300 rounds, no early stop).\n\n')
+    'Table 1), for each row as the pipeline runs now (`authors_emnist_*`: '
+    'FedJAX\'s kernels and fresh dropout masks each round) and as it ran '
+    'before (`authors_fixedmasks_emnist_*`: the same dropout masks whenever '
+    'a client is sampled; `authors_kerasinit_emnist_*`: Keras\' kernels '
+    'too); in brackets the runs counted, FATHOM + FedAvg. On the baseline '
+    'row, the same ratios of the authors\' FedJAX code '
+    '(`results/fedjax_crosscheck`, 300 rounds, no early stop).\n\n')
 METHOD_MD = 'METHOD.md'  # Hand-written: the method, commands, budgets, reading; goes first.
 
 
