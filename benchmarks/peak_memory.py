@@ -75,6 +75,9 @@ def main() -> int:
   path = os.path.join(args.out_dir, f'{args.name}.csv')
   rows = list(csv.DictReader(open(path))) if os.path.exists(path) else []
   rows.append(row)
+  numbers = ('exit_code', 'runner_peak_rss_mb', 'worker_peak_rss_mb')
+  for r in rows:  # Those read back from the CSV are strings.
+    r.update({k: int(r[k]) for k in numbers}, seconds=float(r['seconds']))
   summary = {'benchmark': 'peak resident memory of a run and its TFF worker',
              'rows': {r['label']: {k: r[k] for k in (
                  'runner_peak_rss_mb', 'worker_peak_rss_mb', 'seconds',
