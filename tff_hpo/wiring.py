@@ -53,15 +53,16 @@ def train_data(task: Any, per_example: bool) -> Any:
       train_preprocess_fn(task, per_example))
 
 
-def data_computation(task: Any, config: config_lib.ExperimentConfig,
+def data_computation(task: Any, train: Any,
+                     config: config_lib.ExperimentConfig,
                      per_example: bool) -> tuple[Any, client_states.DataKeys]:
   """The TFF computation from a client's key to its train dataset, and the
-  keys of a round's clients: client ids, or with `--reshuffle_each_round`
-  round keys (`client_examples.reshuffled_each_round`)."""
+  keys of a round's clients: client ids into `train`'s own computation, or
+  with `--reshuffle_each_round` round keys
+  (`client_examples.reshuffled_each_round`)."""
   from tasks import client_examples  # pylint: disable=g-import-not-at-top
   if not config.reshuffle_each_round:
-    return (train_data(task, per_example).dataset_computation,
-            client_states.ids_as_keys)
+    return train.dataset_computation, client_states.ids_as_keys
   computation = client_examples.reshuffled_each_round(
       task.baseline.datasets.train_data,
       train_preprocess_fn(task, per_example), config.seed)
@@ -86,7 +87,7 @@ def build(config: config_lib.ExperimentConfig) -> Wiring:
       fresh_dropout_masks=config.fresh_dropout_masks)
   data = task.baseline.datasets
   train = train_data(task, spec.per_example_data)
-  dataset_computation, data_keys = data_computation(task, config,
+  dataset_computation, data_keys = data_computation(task, train, config,
                                                     spec.per_example_data)
   config_lib.check_clients_per_round(config, len(train.client_ids))
   process = spec.build(config, task.model_fn, len(train.client_ids))
