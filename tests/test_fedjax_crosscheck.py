@@ -109,3 +109,35 @@ def test_resume_keeps_rows_up_to_the_saved_round_and_refuses_other_settings(
 
 if __name__ == '__main__':  # Lets Bazel's py_test run the file.
   sys.exit(pytest.main([__file__, '-q']))
+
+
+def test_same_state_maps_haiku_names_to_the_keras_order():
+  from benchmarks.fedjax_crosscheck import same_state
+  # Haiku keys in an order unlike Keras'; conv2_d must not match conv2_d_1.
+  names = ('linear_1', 'conv2_d_1', 'linear', 'conv2_d')
+  params = {f'conv_dropout_module/{n}': {'w': np.full(2, i, np.float32),
+                                         'b': np.full(1, i, np.float32)}
+            for i, n in enumerate(names)}
+  flat = same_state.flat_params(params)
+  assert [int(a[0]) for a in flat] == [3, 3, 1, 1, 2, 2, 0, 0]
+  assert [a.shape for a in flat[:2]] == [(2,), (1,)]
+
+
+def test_same_state_rows_hold_both_differences():
+  from benchmarks.fedjax_crosscheck import same_state
+  base = dict(eta_L=0.1, E=1.0, B=20.0, cos_update_smoothed=0.5,
+              mean_phi=0.2, weights=[np.array([1.0, -2.0])])
+  authors = dict(base, E=1.5, weights=[np.array([1.0, -2.5])])
+  perturbed = dict(base, mean_phi=0.25, weights=[np.array([1.25, -2.0])])
+  rows = {r[1]: r for r in same_state.rows_of([authors], [base], [perturbed])}
+  assert rows['E'][5:] == (0.5, 0.0)
+  assert rows['mean_phi'][5:] == (0.0, pytest.approx(0.05))
+  assert rows['weights'][2] == 2.5 and rows['weights'][5:] == (0.5, 0.25)
+
+
+def test_same_state_feeds_ink_with_a_channel_axis():
+  from benchmarks.fedjax_crosscheck import same_state
+  x, y = same_state.client_arrays({'pixels': np.ones((3, 28, 28), np.float32),
+                                   'label': np.arange(3, dtype=np.int64)})
+  assert x.shape == (3, 28, 28, 1) and not x.any()
+  assert y.dtype == np.int32

@@ -43,14 +43,13 @@ from __future__ import annotations
 import os
 import pickle
 import platform
-import subprocess
-import sys
 import time
 from typing import Any, Callable, Sequence
 
 from absl import app
 from absl import flags
 
+from benchmarks.fedjax_crosscheck import authors_code
 from benchmarks.fedjax_crosscheck import femnist
 from benchmarks.fedjax_crosscheck import run_files
 from tff_hpo.runs import run_status
@@ -70,47 +69,10 @@ _FATHOM_REPO = flags.DEFINE_string(
 _OUTPUT = flags.DEFINE_string('output_root', 'results/fedjax_crosscheck',
                               'Where run directories go.')
 
-FLAGFILE = os.path.join('experiments', 'fathom', 'fathom.EMNIST_CONV.flags')
 DATASET = ('FEMNIST subset (LEAF, 396 writers, ../shared/datasets/femnist); '
            'FedJAX preprocessing (pixels inverted, 1 - x, background 0)')
 FEDAVG = dict(client_learning_rate=0.1, server_learning_rate=1.0,
               client_batch_size=20, client_epochs=1)
-
-
-def flagfile_values(repo: str) -> dict[str, str]:
-  """`-name=value` lines of the authors' EMNIST flagfile in `repo`."""
-  path = os.path.join(repo, FLAGFILE)
-  if not os.path.isfile(path):
-    raise app.UsageError(f'--fathom_repo: no {FLAGFILE} in {repo} (expected '
-                         'a checkout of andrewkkan/fathom)')
-  values = {}
-  with open(path) as f:
-    for line in f:
-      line = line.strip().lstrip('-')
-      if '=' in line and not line.startswith('#'):
-        name, value = line.split('=', 1)
-        values[name] = value
-  return values
-
-
-def import_fathom(repo: str) -> Any:
-  """The authors' package from `repo`, on the installed jax."""
-  import jax  # pylint: disable=g-import-not-at-top
-  if not hasattr(jax.tree_util, 'tree_multimap'):
-    jax.tree_util.tree_multimap = jax.tree_util.tree_map
-  sys.path.insert(0, os.path.abspath(repo))
-  import fathom  # pylint: disable=g-import-not-at-top
-  from fathom.algorithms import fathom_fedavg  # pylint: disable=g-import-not-at-top
-  return fathom, fathom_fedavg
-
-
-def git_commit(repo: str) -> str | None:
-  try:
-    return subprocess.run(['git', '-C', repo, 'rev-parse', 'HEAD'],
-                          capture_output=True, text=True,
-                          check=True).stdout.strip()
-  except (OSError, subprocess.CalledProcessError):
-    return None
 
 
 def versions() -> dict[str, str]:
@@ -141,7 +103,7 @@ def build(implementation: str, seed: int, grad_fn: Callable[..., Any],
             dict(algorithm='fedavg', implementation='fedjax.algorithms.fed_avg',
                  client_batch_seed=None, **FEDAVG),
             lambda state: fixed)
-  fathom, fathom_fedavg = import_fathom(_FATHOM_REPO.value)
+  fathom, fathom_fedavg = authors_code.import_fathom(_FATHOM_REPO.value)
   get = lambda name: float(flagfile[f'fathom_{name}'])
   eta_h = 0.0 if implementation == 'authors_fathom_eta_h0' else get('eta_h')
   hparams = fathom_fedavg.HyperParams(
@@ -169,7 +131,7 @@ def build(implementation: str, seed: int, grad_fn: Callable[..., Any],
   settings = dict(
       algorithm='fathom' if eta_h else 'fedavg',
       implementation=f'andrewkkan/fathom fathom_fedavg (fathom_eta_h={eta_h})',
-      fathom_commit=git_commit(_FATHOM_REPO.value),
+      fathom_commit=authors_code.git_commit(_FATHOM_REPO.value),
       fathom_flags={k: v for k, v in flagfile.items()
                     if k.startswith('fathom_')} | {'fathom_eta_h': str(eta_h)},
       client_batch_seed=batch_seed,
@@ -191,7 +153,7 @@ def main(argv: Sequence[str]) -> None:
     if not _FATHOM_REPO.value:
       raise app.UsageError(f'--fathom_repo: expected a checkout of '
                            f'andrewkkan/fathom for {implementation}')
-    flagfile = flagfile_values(_FATHOM_REPO.value)
+    flagfile = authors_code.flagfile_values(_FATHOM_REPO.value)
   train, test = femnist.load(os.path.join(_DATA.value, femnist.NPZ))
 
   import fedjax  # pylint: disable=g-import-not-at-top
