@@ -58,7 +58,12 @@ VARIANTS = {
         'ours, FedJAX init, --reshuffle_each_round --fresh_dropout_masks',
     'init_dropout': 'ours, FedJAX init, --fresh_dropout_masks',
     'init_reshuffle': 'ours, FedJAX init, --reshuffle_each_round',
+    'init_batching_dropout':
+        'ours, FedJAX init, --client_batching=fedjax --fresh_dropout_masks',
 }
+HPARAM_ROUNDS = (10, 50, 100, 150, 200, 300)
+HPARAMS = (('hparams/client_learning_rate', 'eta_L', '.4f'),
+           ('hparams/client_epochs', 'E', '.3f'))
 
 
 def _evaluated(run_dir: str) -> bool:
@@ -134,6 +139,27 @@ def targets_table(found: dict[tuple[str, str], list[str]]) -> str:
   return '\n'.join(lines)
 
 
+def hparams_table(found: dict[tuple[str, str], list[str]]) -> str:
+  """FATHOM's eta_L and E as used in rounds HPARAM_ROUNDS, mean ± std
+  over the runs that reached the round."""
+  lines = ['| implementation | seeds | ' + ' | '.join(
+      f'{name} at {r}' for _, name, _ in HPARAMS for r in HPARAM_ROUNDS) +
+           ' |', '|---|---|' + '---|' * (len(HPARAMS) * len(HPARAM_ROUNDS))]
+  for (algorithm, label), dirs in found.items():
+    if algorithm != 'fathom':
+      continue
+    frames = [comparison.load_run(d).set_index('round') for d in dirs]
+    cells = []
+    for column, _, spec in HPARAMS:
+      for r in HPARAM_ROUNDS:
+        values = [f.loc[r, column] for f in frames if r in f.index]
+        cells.append(
+            '' if not values else f'{np.mean(values):{spec}}' if len(values)
+            == 1 else f'{np.mean(values):{spec}} ± {np.std(values):{spec}}')
+    lines.append(f'| {label} | {len(dirs)} | ' + ' | '.join(cells) + ' |')
+  return '\n'.join(lines)
+
+
 def figure(found: dict[tuple[str, str], list[str]], path: str) -> None:
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use('Agg')
@@ -183,7 +209,8 @@ def main(argv: Sequence[str]) -> int:
           accuracy_table(found) + '\n\n## Later rounds (runs that reached '
           'them; a count in brackets where fewer than the seeds)\n\n' +
           accuracy_table(found, LATE_ROUNDS) + '\n\n## Rounds to target\n\n' +
-          targets_table(found) + '\n')
+          targets_table(found) + '\n\n## FATHOM\'s eta_L and E as used, '
+          'mean ± std over seeds\n\n' + hparams_table(found) + '\n')
   with open(os.path.join(out, 'comparison.md'), 'w') as f:
     f.write(text)
   figure(found, os.path.join(out, 'comparison.png'))
