@@ -10,7 +10,8 @@ the project's runs of each pipeline variant (`<root>/differences/
 authors' pipeline in each of its versions (`results/table1/
 authors_kerasinit_emnist_baseline_<algorithm>_s<seed>`: Keras' kernels;
 `authors_fixedmasks_...`: FedJAX's kernels, the same dropout masks whenever
-a client is sampled; `authors_emnist_baseline_...`: as it is now, run to
+a client is sampled; `authors_tffbatches_...`: new masks each round, TFF's
+partial last batch; `authors_emnist_baseline_...`: as it is now, run to
 the early stop). Writes `comparison.md` (test accuracy at rounds 10-100 and
 150-300, mean ± std over seeds, and rounds to 80 / 85 / 86 % per seed) and
 `comparison.png`. Numbers only from run files; a group with fewer
@@ -47,8 +48,10 @@ TABLE1 = {  # Table 1's run prefix -> label.
         'ours, first pipeline (Keras init, TFF batches)',
     'authors_fixedmasks_emnist_baseline':
         'ours, second pipeline (FedJAX init, fixed dropout masks)',
+    'authors_tffbatches_emnist_baseline':
+        'ours, third pipeline (FedJAX init, fresh masks, TFF batches)',
     'authors_emnist_baseline':
-        'ours, Table 1 now (FedJAX init, fresh dropout masks)',
+        'ours, Table 1 now (FedJAX init, fresh masks, FedJAX batches)',
 }
 VARIANTS = {
     'init': 'ours, --emnist_model_init=fedjax',

@@ -265,10 +265,10 @@ def test_rerun_rows_set_new_old_and_authors_code_ratios_side_by_side(
   pairs = table1.crosscheck_pairs(str(crosscheck))
   text = table1.rerun_markdown(table1.load_runs(str(table)), pairs)
   lines = text.splitlines()
-  assert ('| authors_emnist_baseline | 0.8 | 0.50 / 0.50 (1 + 1) | - | '
+  assert ('| authors_emnist_baseline | 0.8 | 0.50 / 0.50 (1 + 1) | - | - | '
           '0.75 / 0.75 (1 + 1) | 0.40 / 0.40 (1 + 1) | 0.50 / 0.50 (1 + 1) |'
           ) in lines
-  assert ('| authors_emnist_bs4 | 0.8 | - | 0.33 / 0.33 (1 + 1) | '
+  assert ('| authors_emnist_bs4 | 0.8 | - | - | 0.33 / 0.33 (1 + 1) | '
           '0.50 / 0.50 (1 + 1) | - | - |') in lines
   assert table1.crosscheck_pairs(str(tmp_path / 'absent')) == {}
   # The committed files the report reads by default are where it looks.

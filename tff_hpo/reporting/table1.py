@@ -45,8 +45,10 @@ HPARAMS = comparison.HPARAMS
 PAIRED = ('fathom', 'fedavg')  # Table 1's two columns, first in every listing.
 # Row prefixes of the authors' pipeline as it ran before, newest first, with
 # what it lacked (the runs' old name was `authors_...`): the CNN's kernels
-# drawn as FedJAX draws them, then FedJAX's fresh dropout masks each round.
-SUPERSEDED = (('authors_fixedmasks_', 'FedJAX kernels, fixed masks'),
+# drawn as FedJAX draws them, then FedJAX's fresh dropout masks each round,
+# then FedJAX's full batches.
+SUPERSEDED = (('authors_tffbatches_', 'fresh masks, TFF batches'),
+              ('authors_fixedmasks_', 'FedJAX kernels, fixed masks'),
               ('authors_kerasinit_', 'Keras kernels'))
 # The authors' own code and FedJAX's FedAvg, run on the authors' EMNIST flags
 # (benchmarks/fedjax_crosscheck): the baseline row's third implementation.
@@ -552,10 +554,11 @@ RERUN_HEAD = (
     '## The authors\' EMNIST pipeline, now and before\n\n'
     'FATHOM / FedAvg ratios of rounds / examples to the target (read as in '
     'Table 1), for each row as the pipeline runs now (`authors_emnist_*`: '
-    'FedJAX\'s kernels and fresh dropout masks each round) and as it ran '
-    'before (`authors_fixedmasks_emnist_*`: the same dropout masks whenever '
-    'a client is sampled; `authors_kerasinit_emnist_*`: Keras\' kernels '
-    'too); in brackets the runs counted, FATHOM + FedAvg. On the baseline '
+    'FedJAX\'s kernels, fresh dropout masks each round, FedJAX\'s full '
+    'batches) and as it ran before (`authors_tffbatches_emnist_*`: TFF\'s '
+    'partial last batch; `authors_fixedmasks_emnist_*`: the same dropout '
+    'masks whenever a client is sampled, too; `authors_kerasinit_emnist_*`: '
+    'Keras\' kernels too); in brackets the runs counted, FATHOM + FedAvg. On the baseline '
     'row, the same ratios of the authors\' FedJAX code '
     '(`results/fedjax_crosscheck`, 300 rounds, no early stop).\n\n')
 METHOD_MD = 'METHOD.md'  # Hand-written: the method, commands, budgets, reading; goes first.
