@@ -48,10 +48,8 @@ def test_flagfile_resolves(path, tmp_path, monkeypatch):
     assert options.step_rounding == ('ceil' if authors else 'floor')
     assert options.g_includes_learning_rate is not authors
     assert cfg.emnist_invert_pixels is (authors and cfg.task == 'emnist_cr')
-    # FedJAX's batches where the local loop has them (not SCAFFOLD, AdaBest).
-    fedjax_batches = (authors and cfg.task == 'emnist_cr' and cfg.algorithm
-                      not in ('scaffold', 'scaffold_exp', 'adabest'))
-    assert cfg.client_batching == ('fedjax' if fedjax_batches else 'tff')
+    assert cfg.client_batching == ('fedjax' if authors and
+                                   cfg.task == 'emnist_cr' else 'tff')
     assert cfg.cpu_kernels == 'eigen'  # What the table's runs ran.
     if 'lr0.05' in name:
       assert cfg.client_learning_rate == 0.05

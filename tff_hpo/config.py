@@ -302,13 +302,6 @@ def _check_workers(config: ExperimentConfig, spec: Any) -> None:
            'twice', getattr(config, several))
 
 
-def require_tff_batching(config: ExperimentConfig) -> None:
-  """For algorithms whose local loop batches as TFF's tasks only."""
-  _require(config.client_batching == 'tff', 'client_batching',
-           f'"tff" with --algorithm={config.algorithm} (its local loop has '
-           'no FedJAX batching)', config.client_batching)
-
-
 def require_server_sgd_at_one(config: ExperimentConfig, why: str) -> None:
   """For algorithms whose server step is their own, applied by SGD at 1."""
   _require(config.server_optimizer == 'sgd', 'server_optimizer',

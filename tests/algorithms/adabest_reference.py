@@ -3,14 +3,12 @@ regression, data in a fixed order, client estimates in a dict."""
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from tests.algorithms import linear_model
 
 
-def run(data, schedule, *, lr, epochs, batch, beta, mu):
+def run(data, schedule, *, lr, epochs, batch, beta, mu, full_batches=False):
   theta = np.zeros(data[0][0].shape[1] + 1)
   theta_bar_prev = theta.copy()
   h_clients, last = {}, {}
@@ -19,11 +17,9 @@ def run(data, schedule, *, lr, epochs, batch, beta, mu):
     for i in sampled:
       xi, yi = data[i]
       hi = h_clients.get(i, np.zeros_like(theta))
-      k = max(1, math.floor(len(xi) * epochs / max(1, round(batch))))
-      batches = linear_model.batches(xi, yi, batch)
       local = theta.copy()
-      for step in range(k):
-        xb, yb = batches[step % len(batches)]
+      for xb, yb in linear_model.local_batches(xi, yi, batch, epochs,
+                                               full_batches):
         local = local - lr * (linear_model.gradient(local, xb, yb) - hi)
       g = theta - local
       h_clients[i] = hi / (t - last.get(i, 0)) + mu * g

@@ -3,21 +3,19 @@ regression with mean squared error, data in a fixed order."""
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from tests.algorithms import linear_model
 
 
-def client(theta0, x, y, beta, epochs, batch, cl=None, clip_norm=None):
+def client(theta0, x, y, beta, epochs, batch, cl=None, clip_norm=None,
+           full_batches=False):
   """Local SGD; `cl` = (previous global update, factor, low, high) turns on
   eq. (20) from the second step on."""
-  k = max(1, math.floor(len(x) * epochs / max(1, round(batch))))
-  batches = linear_model.batches(x, y, batch)
+  steps = linear_model.local_batches(x, y, batch, epochs, full_batches)
+  k = len(steps)
   theta, lr, previous, lrs = theta0.copy(), beta, None, []
-  for step in range(k):
-    xb, yb = batches[step % len(batches)]
+  for step, (xb, yb) in enumerate(steps):
     g = linear_model.gradient(theta, xb, yb)
     if clip_norm is not None:
       g = g * min(1.0, clip_norm / np.linalg.norm(g))
@@ -33,7 +31,8 @@ def client(theta0, x, y, beta, epochs, batch, cl=None, clip_norm=None):
 
 def run(data, rounds, *, g=False, sl=False, cl=False, alpha=1.0, beta=0.1,
         epochs=1.0, batch=3.0, gamma_alpha=3.0, gamma_beta=10.0,
-        alpha_factor=1.0, beta_factor=1.0, server_step=None, clip_norm=None):
+        alpha_factor=1.0, beta_factor=1.0, server_step=None, clip_norm=None,
+        full_batches=False):
   """Yields per round what the server holds after it. `server_step(theta,
   scaled_pseudo_gradient)` is the server optimizer (default: SGD, lr 1)."""
   if server_step is None:
@@ -45,8 +44,8 @@ def run(data, rounds, *, g=False, sl=False, cl=False, alpha=1.0, beta=0.1,
   for _ in range(rounds):
     schedule = (previous, beta_factor, beta0 / gamma_beta,
                 beta0 * gamma_beta) if cl else None
-    outs = [client(theta, x, y, beta, epochs, batch, schedule, clip_norm)
-            for x, y in data]
+    outs = [client(theta, x, y, beta, epochs, batch, schedule, clip_norm,
+                   full_batches) for x, y in data]
     pseudo = -sum(n / nu.sum() * o[0] for n, o in zip(nu, outs))
     h = float(pseudo @ previous)
     if g:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
@@ -51,3 +53,19 @@ def batches(x: np.ndarray, y: np.ndarray, batch: float):
   """Consecutive batches of round(batch) >= 1 examples, in data order."""
   b = max(1, int(np.round(batch)))
   return [(x[s:s + b], y[s:s + b]) for s in range(0, len(x), b)]
+
+
+def local_batches(x: np.ndarray, y: np.ndarray, batch: float, epochs: float,
+                  full_batches: bool = False):
+  """The batches of a client's K steps, data in order: TFF's, K =
+  floor(n E / B) cycling over the passes' batches (a partial one ending
+  each pass); or FedJAX's, K = ceil(n E / B) batches of B examples cut
+  from the data repeated."""
+  b = max(1, int(np.round(batch)))
+  if not full_batches:
+    k = max(1, math.floor(len(x) * epochs / b))
+    passes = batches(x, y, batch)
+    return [passes[step % len(passes)] for step in range(k)]
+  k = max(1, math.ceil(len(x) * epochs / b))
+  index = np.arange(k * b) % len(x)
+  return [(x[index[s:s + b]], y[index[s:s + b]]) for s in range(0, k * b, b)]

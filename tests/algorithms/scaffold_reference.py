@@ -3,15 +3,13 @@ regression, data in a fixed order, client controls in a dict."""
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from tests.algorithms import linear_model
 
 
 def run(data, schedule, *, lr, epochs, batch, server_lr=1.0,
-        fedexp_epsilon=None):
+        fedexp_epsilon=None, full_batches=False):
   """`schedule`: per round, the indices of the participating clients.
   Yields the model, server control and every client control after a round."""
   n_total = len(data)
@@ -23,11 +21,10 @@ def run(data, schedule, *, lr, epochs, batch, server_lr=1.0,
     for i in sampled:
       xi, yi = data[i]
       ci = controls.get(i, np.zeros_like(x))
-      k = max(1, math.floor(len(xi) * epochs / max(1, round(batch))))
-      batches = linear_model.batches(xi, yi, batch)
+      steps = linear_model.local_batches(xi, yi, batch, epochs, full_batches)
+      k = len(steps)
       y = x.copy()
-      for step in range(k):
-        xb, yb = batches[step % len(batches)]
+      for xb, yb in steps:
         y = y - lr * (linear_model.gradient(y, xb, yb) - ci + c)
       new_ci = ci - c + (x - y) / (k * lr)
       deltas.append(y - x)

@@ -26,17 +26,20 @@ def _flat(structure):
   return np.concatenate([np.ravel(t) for t in tf.nest.flatten(structure)])
 
 
-def test_matches_numpy_reference(tmp_path):
+@pytest.mark.parametrize('full_batches', [False, True])
+def test_matches_numpy_reference(full_batches, tmp_path):
   """Through the worker's own reads and writes of the state files, as in
-  runs (SCAFFOLD's test covers states passed as values too)."""
+  runs (SCAFFOLD's test covers states passed as values too), with TFF's
+  batches and FedJAX's."""
   process = adabest.build_adabest(
       linear_model.model_fn, CFG['lr'], CFG['epochs'], CFG['batch'],
-      CFG['beta'], CFG['mu'], shuffle=False)
+      CFG['beta'], CFG['mu'], shuffle=False, full_batches=full_batches)
   clients = stateful_clients.runner(process, DATA, str(tmp_path / 'states'),
                                     files=True)
   state = process.initialize()
   for sampled, want in zip(SCHEDULE,
-                           adabest_reference.run(DATA, SCHEDULE, **CFG)):
+                           adabest_reference.run(DATA, SCHEDULE, **CFG,
+                                                 full_batches=full_batches)):
     state, metrics = clients.round(state, [str(i) for i in sampled])
     np.testing.assert_allclose(
         _flat(process.get_model_weights(state).trainable), want['theta'],

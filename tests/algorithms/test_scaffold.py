@@ -28,19 +28,22 @@ def _flat(structure):
 
 
 # Values through the round (a remote worker's way) for SCAFFOLD, the
-# worker's own file IO (runs' way) for SCAFFOLD-ExP: one process build each.
+# worker's own file IO (runs' way) for SCAFFOLD-ExP, with FedJAX's batches:
+# one process build each.
 @pytest.mark.parametrize('exp,files', [(False, False), (True, True)])
 def test_matches_numpy_reference(exp, files, tmp_path):
   rule = server_steps.FedExPStep(0.01) if exp else server_steps.ServerStep()
   server = tff.learning.optimizers.build_sgdm(learning_rate=1.0 if exp
                                               else 0.7)
   process = scaffold.build_scaffold(linear_model.model_fn, LR, EPOCHS, BATCH,
-                                    len(DATA), server, rule, shuffle=False)
+                                    len(DATA), server, rule, shuffle=False,
+                                    full_batches=exp)
   clients = stateful_clients.runner(process, DATA, str(tmp_path / 'states'),
                                    files)
   reference = scaffold_reference.run(
       DATA, SCHEDULE, lr=LR, epochs=EPOCHS, batch=BATCH,
-      server_lr=1.0 if exp else 0.7, fedexp_epsilon=0.01 if exp else None)
+      server_lr=1.0 if exp else 0.7, fedexp_epsilon=0.01 if exp else None,
+      full_batches=exp)
   state = process.initialize()
   steps = set()
   for sampled, want in zip(SCHEDULE, reference):

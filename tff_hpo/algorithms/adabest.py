@@ -57,6 +57,7 @@ class AdaBestOptions(spec.Options):
 def client_work(model_fn: Callable[[], Any], client_learning_rate: float,
                 client_epochs: float, client_batch_size: float, mu: float,
                 shuffle: bool, clip_norm: float | None,
+                full_batches: bool = False,
                 ) -> tff.learning.templates.ClientWorkProcess:
   """theta^{t-1} and t broadcast; K_i steps corrected by -h_i; h_i^t and
   t' = t kept by the client. The round counter t follows each round."""
@@ -73,7 +74,9 @@ def client_work(model_fn: Callable[[], Any], client_learning_rate: float,
         model, weights, dataset, received['client_learning_rate'],
         tf.constant(client_epochs, np.float32),
         tf.constant(client_batch_size, np.float32), shuffle,
-        gradient_correction=tuple(-h for h in estimate), clip_norm=clip_norm)
+        gradient_correction=tuple(-h for h in estimate), clip_norm=clip_norm,
+        full_batches=full_batches,
+        step_rounding=local_training.rounding_for(full_batches))
     finite = tf.equal(out.non_finite, 0)
     this_round = received['round_num']
     return parts.ClientStep(
@@ -144,12 +147,14 @@ def build_adabest(
     mu: float = 0.02,
     shuffle: bool = True,
     clip_norm: float | None = None,
+    full_batches: bool = False,
 ) -> composer.StatefulClientsProcess:
-  """AdaBest; `clip_norm` clips each raw local gradient first."""
+  """AdaBest; `clip_norm` clips each raw local gradient first;
+  `full_batches` takes FedJAX's ceil(n E / B) batches of B examples."""
   AdaBestOptions(beta=beta, mu=mu)  # Validates.
   trainable_type = parts.model_types(model_fn).weights_type.trainable
   work = client_work(model_fn, client_learning_rate, client_epochs,
-                     client_batch_size, mu, shuffle, clip_norm)
+                     client_batch_size, mu, shuffle, clip_norm, full_batches)
   aggregator = aggregators.StepMeanFactory()
   return composer.compose(
       'adabest', model_fn, work, aggregator,
@@ -167,7 +172,8 @@ def _build(config: config_lib.ExperimentConfig, model_fn: Callable[[], Any],
   return build_adabest(model_fn, config.client_learning_rate,
                        float(config.client_epochs),
                        float(config.client_batch_size), options.beta,
-                       options.mu, clip_norm=config.client_gradient_clip_norm)
+                       options.mu, clip_norm=config.client_gradient_clip_norm,
+                       full_batches=config.client_batching == 'fedjax')
 
 
 SPEC = spec.AlgorithmSpec(
@@ -176,5 +182,5 @@ SPEC = spec.AlgorithmSpec(
     build=_build, per_example_data=True, clients_keep_state=True,
     options=(AdaBestOptions,),
     # Its server step is its own (theta = theta_bar - h).
-    validate=lambda c: (config_lib.require_server_sgd_at_one(
-        c, '--algorithm=adabest'), config_lib.require_tff_batching(c)))
+    validate=lambda c: config_lib.require_server_sgd_at_one(
+        c, '--algorithm=adabest'))

@@ -145,7 +145,8 @@ def client_work(model_fn: Callable[[], Any], config: FedHyperConfig
         model, weights, dataset, received['client_learning_rate'],
         tf.constant(cfg.client_epochs, np.float32),
         tf.constant(cfg.client_batch_size, np.float32), cfg.shuffle, schedule,
-        clip_norm=cfg.clip_norm, full_batches=cfg.full_batches)
+        clip_norm=cfg.clip_norm, full_batches=cfg.full_batches,
+        step_rounding=local_training.rounding_for(cfg.full_batches))
     return parts.ClientStep(
         out, collections.OrderedDict(delta=out.delta),
         weight=tf.where(out.non_finite > 0, 0.0,

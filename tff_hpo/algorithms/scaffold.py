@@ -39,6 +39,7 @@ def client_work(model_fn: Callable[[], Any], client_learning_rate: float,
                 client_epochs: float, client_batch_size: float,
                 num_total_clients: int, server_step: server_steps.ServerStep,
                 shuffle: bool, clip_norm: float | None,
+                full_batches: bool = False,
                 ) -> tff.learning.templates.ClientWorkProcess:
   """x and c broadcast; K_i corrected steps; Delta y_i for the aggregator;
   Delta c_i averaged here, so c follows it (as TFF's Mime client work keeps
@@ -61,7 +62,8 @@ def client_work(model_fn: Callable[[], Any], client_learning_rate: float,
         tf.constant(client_batch_size, np.float32), shuffle,
         gradient_correction=tuple(
             c - ci for c, ci in zip(server_control, client_control)),
-        clip_norm=clip_norm)
+        clip_norm=clip_norm, full_batches=full_batches,
+        step_rounding=local_training.rounding_for(full_batches))
     finite = tf.equal(out.non_finite, 0)
     new_control = parts.pick(
         finite, control_variates.scaffold_client_control(
@@ -134,9 +136,11 @@ def build_scaffold(
     server_step: server_steps.ServerStep = server_steps.ServerStep(),
     shuffle: bool = True,
     clip_norm: float | None = None,
+    full_batches: bool = False,
 ) -> composer.StatefulClientsProcess:
   """SCAFFOLD; with `server_step=FedExPStep(eps)`, SCAFFOLD-ExP.
-  `clip_norm` clips each raw local gradient before the correction."""
+  `clip_norm` clips each raw local gradient before the correction;
+  `full_batches` takes FedJAX's ceil(n E / B) batches of B examples."""
   if num_total_clients < 1:
     raise ValueError(f'SCAFFOLD: num_total_clients must be >= 1, got '
                      f'{num_total_clients}')
@@ -145,7 +149,7 @@ def build_scaffold(
   weights_type = parts.model_types(model_fn).weights_type
   work = client_work(model_fn, client_learning_rate, client_epochs,
                      client_batch_size, num_total_clients, server_step,
-                     shuffle, clip_norm)
+                     shuffle, clip_norm, full_batches)
   aggregator = aggregators.StepMeanFactory(server_step)
   return composer.compose(
       'scaffold', model_fn, work, aggregator,
@@ -166,7 +170,8 @@ def _builder(with_fedexp: bool) -> spec.Builder:
         model_fn, config.client_learning_rate, float(config.client_epochs),
         float(config.client_batch_size), num_train_clients,
         optimizers.from_config(config), step,
-        clip_norm=config.client_gradient_clip_norm)
+        clip_norm=config.client_gradient_clip_norm,
+        full_batches=config.client_batching == 'fedjax')
   return build
 
 
@@ -174,14 +179,13 @@ SPECS = (
     spec.AlgorithmSpec(
         name='scaffold', help='SCAFFOLD (option II): control variates '
         'correct client drift.', build=_builder(False),
-        per_example_data=True, clients_keep_state=True,
-        validate=config_lib.require_tff_batching),
+        per_example_data=True, clients_keep_state=True),
     spec.AlgorithmSpec(
         name='scaffold_exp', help='SCAFFOLD-ExP: SCAFFOLD with FedExP\'s '
         'extrapolated server step.', build=_builder(True),
         per_example_data=True, clients_keep_state=True,
         eval_average_of_last_two=lambda c: True,
         options=(fedexp.FedExPOptions,),
-        validate=lambda c: (config_lib.require_server_sgd_at_one(
-            c, 'FedExP\'s server step'), config_lib.require_tff_batching(c))),
+        validate=lambda c: config_lib.require_server_sgd_at_one(
+            c, 'FedExP\'s server step')),
 )

@@ -46,6 +46,13 @@ class CLSchedule(NamedTuple):
   high: Any
 
 
+def rounding_for(full_batches: bool) -> str:
+  """How K_i = nu_i E / B rounds in a loop without its own option: up with
+  FedJAX's batches (its `shuffle_repeat_batch` takes ceil(nu_i E / B) full
+  batches), down with TFF's (Algorithm 1's K_i)."""
+  return 'ceil' if full_batches else 'floor'
+
+
 def count_examples(dataset: tf.data.Dataset) -> tf.Tensor:
   return dataset.reduce(tf.constant(0, tf.int64), lambda n, _: n + 1)
 
