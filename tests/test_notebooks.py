@@ -13,7 +13,9 @@ import nbformat
 import psutil
 import pytest
 
+from tests.conftest import CACHE_DIR
 from tests.conftest import ROOT
+from tests.conftest import SHARED_DATA
 from tests.conftest import worker_processes
 
 pytestmark = pytest.mark.slow
@@ -90,6 +92,28 @@ def test_results_draws_table_and_figures_without_training():
   assert any(t.startswith('| row | target |') for t in tables), tables
   assert any(t.startswith('### authors_kerasinit_emnist_baseline') for t in tables)
   assert _outputs(nb, 'image/png'), 'no figure was shown'
+  assert {p.pid for p in worker_processes()} <= before
+
+
+def test_tuning_runs_a_study_and_draws_optunas_plots(tmp_path, cache_dir):
+  del cache_dir
+  study_dir = tmp_path / 'study'
+  before = {p.pid for p in worker_processes()}
+  nb = _execute('tuning.ipynb', TRIALS=2, TOTAL_ROUNDS=2, ROUNDS_PER_EVAL=1,
+                MIN_ROUNDS=1, TARGETS='0.05', STUDY_DIR=str(study_dir),
+                RUNNER_FLAGS=['--clients_per_round=2', '--eval_clients=3',
+                              '--max_examples_per_client=20',
+                              f'--cache_dir={CACHE_DIR}',
+                              f'--offline_data_dir={SHARED_DATA}'])
+  text = _text(nb)
+  assert 'exit code 0' in text, text[-3000:]
+  assert re.search(r'\d+ trials: ', text) and 'to 0.05: ' in text, text
+  # Optimization history, intermediate values, best-so-far curve at least.
+  assert len(_outputs(nb, 'image/png')) >= 3
+  assert sorted(os.listdir(study_dir / 'trials' / 'logs'))
+  assert 'runners left 0' in text
+  assert not [p for p in psutil.process_iter(['cmdline'])
+              if str(study_dir) in ' '.join(p.info['cmdline'] or [])]
   assert {p.pid for p in worker_processes()} <= before
 
 
