@@ -12,7 +12,9 @@ random switched off: dropout off (its masks cannot be drawn alike in two
 frameworks), no shuffle, FedJAX's full batches on both sides. What is left is
 each side's FATHOM: local steps, phi_i, the weighted means, H_t, G_t and the
 exponentiated steps of eta_L, E and B. If both are the same algorithm, every
-round agrees to float32 noise.
+round agrees to float32 noise. Last, the project's own evaluation (the
+EMNIST task from TFF's cache files, every test client) scores the authors'
+initial and final weights beside FedJAX's evaluation of them.
 
 The authors' side runs `fathom.algorithms.fathom_fedavg` from the checkout
 `--fathom_repo` names, with its published EMNIST flags, and a `grad_fn` on
@@ -30,6 +32,7 @@ from __future__ import annotations
 import collections
 import csv
 import os
+import types
 from typing import Sequence
 
 from absl import app
@@ -56,6 +59,9 @@ _FATHOM_REPO = flags.DEFINE_string('fathom_repo', None,
                                    'A checkout of andrewkkan/fathom.')
 _WORK_DIR = flags.DEFINE_string('work_dir', '/tmp/fathom_same_state',
                                 'Where the authors\' side leaves its npz.')
+_CACHE_DIR = flags.DEFINE_string('cache_dir', '.cache/tff',
+                                 'TFF\'s cache files (make data), for the '
+                                 'project\'s evaluation.')
 _KERNELS = flags.DEFINE_string('cpu_kernels', 'eigen',
                                'TensorFlow\'s CPU kernels on the project side.')
 _OUTPUT = flags.DEFINE_string(
@@ -97,7 +103,7 @@ def run_authors() -> None:
                          'andrewkkan/fathom for --side=authors')
   flagfile = authors_code.flagfile_values(_FATHOM_REPO.value)
   fathom, fathom_fedavg = authors_code.import_fathom(_FATHOM_REPO.value)
-  train, _ = femnist.load(os.path.join(_DATA.value, femnist.NPZ))
+  train, test = femnist.load(os.path.join(_DATA.value, femnist.NPZ))
   data = {}
   for cid, client in train.items():
     x, y = client_arrays(client)
@@ -154,6 +160,18 @@ def run_authors() -> None:
     print(f'authors round {r}: eta_L {float(hyper.hyperparams.eta_c):.6f} '
           f'E {float(hyper.hyperparams.Ep):.6f} '
           f'B {float(hyper.hyperparams.bs):.4f}', flush=True)
+  # Both sides' test accuracy of the same weights, every test client.
+  test_data = {}
+  for cid, client in test.items():
+    x, y = client_arrays(client)
+    test_data[cid.encode()] = {'x': x, 'y': y}
+  evaluate = fedjax.training.ModelFullEvaluationFn(
+      fedjax.InMemoryFederatedData(test_data), model,
+      fedjax.PaddedBatchHParams(batch_size=64))
+  for when, weights in (('initial', params), ('final', state.params)):
+    metrics = evaluate(types.SimpleNamespace(params=weights), 0)
+    out[f'eval_{when}_accuracy'] = np.float64(metrics['accuracy'])
+    out[f'eval_{when}_loss'] = np.float64(metrics['loss'])
   os.makedirs(_WORK_DIR.value, exist_ok=True)
   path = os.path.join(_WORK_DIR.value, 'authors.npz')
   np.savez(path + '.partial.npz', rounds=_ROUNDS.value, **out)
@@ -202,6 +220,7 @@ def run_project() -> None:
     process = fathom.build_fathom(model_fn, config)
     project = trajectory(process, initial, ref, train)
     noise_floor = trajectory(process, perturbed, ref, train)
+    rows += evaluation_rows(ref, initial, project[-1]['weights'])
   finally:
     runtime.shutdown()
   authors = [dict({name: float(ref[f'{name}_{r}']) for name in QUANTITIES},
@@ -234,6 +253,42 @@ def gradient_row(model_fn, ref, train, initial, perturbed) -> tuple:
   scale = max(float(np.max(np.abs(g))) for g in authors)
   return (0, 'first_batch_gradient', scale, scale, scale,
           largest(authors, project), largest(project, noise))
+
+
+def evaluation_rows(ref, initial: list[np.ndarray],
+                    project_final: list[np.ndarray]) -> list[tuple]:
+  """Test accuracy and loss by the project's own evaluation (the EMNIST
+  task as the authors' pipeline reads it, from TFF's cache files, every
+  test client) of the authors' initial and final weights, against FedJAX's
+  `ModelFullEvaluationFn` of the same weights; the perturbed column holds
+  the project's evaluation of its own final weights."""
+  import tasks  # pylint: disable=g-import-not-at-top
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  from tff_hpo import wiring as wiring_lib  # pylint: disable=g-import-not-at-top
+  from tff_hpo.algorithms import registry  # pylint: disable=g-import-not-at-top
+  config = tasks.resolve_config(registry.make_config(
+      task='emnist_cr', algorithm='fedavg', emnist_invert_pixels=True,
+      offline_data_dir=_DATA.value, cache_dir=_CACHE_DIR.value,
+      eval_clients=0, output_root=_WORK_DIR.value))
+  evaluator = wiring_lib.build(config).evaluator
+  weights = lambda w: tff.learning.models.ModelWeights(trainable=list(w),
+                                                       non_trainable=[])
+  authors_final = [ref[f'weights_{int(ref["rounds"])}_{i}']
+                   for i in range(len(initial))]
+  rows = []
+  for when, theirs, mine in (('initial', initial, None),
+                             ('final', authors_final, project_final)):
+    got = evaluator.evaluate_weights(weights(theirs), 'eval')
+    own = (evaluator.evaluate_weights(weights(mine), 'eval') if mine
+           is not None else {})
+    for metric in ('accuracy', 'loss'):
+      a = float(ref[f'eval_{when}_{metric}'])
+      b = float(got[f'eval/{metric}'])
+      c = float(own.get(f'eval/{metric}', np.nan))
+      rows.append((0 if when == 'initial' else int(ref['rounds']),
+                   f'test_{metric}_{when}_weights', a, b, c, abs(a - b),
+                   abs(b - c)))
+  return rows
 
 
 def trajectory(process, initial: list[np.ndarray], ref, train) -> list[dict]:
@@ -303,6 +358,10 @@ def write_rows(rows: list[tuple]) -> None:
     print(f'{name}: {mine[0][5]:.3g}, {max(r[5] for r in mine):.3g}; '
           f'{mine[0][6]:.3g}, {max(r[6] for r in mine):.3g} '
           f'({rounds} rounds)')
+  for row in rows:
+    if row[1].startswith('test_'):
+      print(f'{row[1]}: FedJAX {row[2]:.6f}, the project\'s evaluation '
+            f'{row[3]:.6f} (of its own weights {row[4]:.6f})')
 
 
 def main(argv: Sequence[str]) -> None:
