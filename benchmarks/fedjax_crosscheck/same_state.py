@@ -21,10 +21,11 @@ The authors' side runs `fathom.algorithms.fathom_fedavg` from the checkout
 the model's eval apply (no dropout); it writes the weights, clients and
 per-round values to `--work_dir/authors.npz`. The project side reads it,
 runs `tff_hpo.algorithms.fathom.build_fathom` with the authors' pipeline's
-settings (`step_rounding='ceil'`, `g_includes_learning_rate=False`, the
-bounds of the authors' flags) and writes
-`--output` (CSV: round, quantity, authors, project, |difference|) and a
-line per quantity to stdout.
+settings (`step_rounding='ceil'`, `g_includes_learning_rate=False`) and the
+rates, smoothing, starting values and bounds the authors' side read from
+their flags, and writes `--output` (CSV: round, quantity, the authors'
+value, ours, ours from the perturbed weights, and the two differences) and
+a line per quantity to stdout.
 """
 
 from __future__ import annotations
@@ -129,11 +130,23 @@ def run_authors() -> None:
       client_batch_hparams=fedjax.ShuffleRepeatBatchHParams(
           batch_size=round(get('initial_batch_size')), skip_shuffle=True),
       fathom_init_hparams=hparams)
+  # FATHOM's settings in the project's terms: log(Ep, eta_c, bs) step by
+  # eta_h * (eta_h0, eta_h1, eta_h2); their upper bounds (Ep, eta_c, bs).
+  settings = dict(
+      gamma_epochs=get('eta_h') * get('eta_h0'),
+      gamma_learning_rate=get('eta_h') * get('eta_h1'),
+      gamma_batch_size=get('eta_h') * get('eta_h2'), alpha=get('alpha'),
+      max_epochs=get('Ep_ub'), max_learning_rate=get('eta_c_ub'),
+      max_batch_size=get('bs_ub'),
+      initial_learning_rate=get('initial_learning_rate'),
+      initial_epochs=get('initial_epochs'),
+      initial_batch_size=get('initial_batch_size'))
   params = model.init(jax.random.PRNGKey(PARAMS_SEED))
   state = algorithm.init(params)
   sampler = fedjax.client_samplers.UniformGetClientSampler(
       train_fd, _CLIENTS.value, seed=SAMPLER_SEED)
   out = {f'initial_{i}': w for i, w in enumerate(flat_params(params))}
+  out.update({f'setting_{k}': np.float64(v) for k, v in settings.items()})
   # One batch's gradient at the initial weights: the first sampled client's
   # first B examples (the sampler is re-made, so rounds are unchanged).
   first = fedjax.client_samplers.UniformGetClientSampler(
@@ -206,10 +219,9 @@ def run_project() -> None:
         input_spec=spec)
 
   config = fathom.FathomConfig(
-      gamma_learning_rate=0.01, gamma_epochs=0.01, gamma_batch_size=0.1,
-      alpha=0.5, max_learning_rate=0.5, max_epochs=10.0, max_batch_size=5096.0,
       g_includes_learning_rate=False, step_rounding='ceil', shuffle=False,
-      full_batches=True)
+      full_batches=True, **{k.removeprefix('setting_'): float(ref[k])
+                            for k in ref.files if k.startswith('setting_')})
   initial = [ref[f'initial_{i}'] for i in range(2 * len(LAYERS))]
   rng = np.random.default_rng(0)
   perturbed = [w * (1 + PERTURBATION * rng.standard_normal(w.shape)).astype(
