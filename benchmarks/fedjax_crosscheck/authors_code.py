@@ -50,3 +50,29 @@ def git_commit(repo: str) -> str | None:
                           check=True).stdout.strip()
   except (OSError, subprocess.CalledProcessError):
     return None
+
+
+def federated_averaging(repo: str, flagfile: dict[str, str], grad_fn: Any,
+                        eta_h: float, **batch_settings: Any) -> Any:
+  """The authors' `fathom_fedavg.federated_averaging` with their EMNIST
+  flags (`flagfile`), `grad_fn`, hyperparameter learning rate `eta_h` (0:
+  plain FedAvg) and `fedjax.ShuffleRepeatBatchHParams(batch_size=B0,
+  **batch_settings)`."""
+  import fedjax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  fathom, fathom_fedavg = import_fathom(repo)
+  get = lambda name: float(flagfile[f'fathom_{name}'])
+  hparams = fathom_fedavg.HyperParams(
+      eta_c=get('initial_learning_rate'), Ep=get('initial_epochs'),
+      bs=get('initial_batch_size'), alpha=get('alpha'),
+      eta_h=jnp.array([get('eta_h0'), get('eta_h1'), get('eta_h2')]),
+      hparam_ub=jnp.array([get('Ep_ub'), get('eta_c_ub'), get('bs_ub')]))
+  return fathom_fedavg.federated_averaging(
+      grad_fn=grad_fn,
+      server_optimizer=fathom.core.optimizers.sgd(
+          float(flagfile['server_learning_rate'])),
+      client_optimizer=fathom.core.optimizers.sgd(get('initial_learning_rate')),
+      hyper_optimizer=fathom.core.optimizers.sgd(learning_rate=eta_h),
+      client_batch_hparams=fedjax.ShuffleRepeatBatchHParams(
+          batch_size=round(get('initial_batch_size')), **batch_settings),
+      fathom_init_hparams=hparams)

@@ -89,7 +89,6 @@ def build(implementation: str, seed: int, grad_fn: Callable[..., Any],
   """(algorithm, settings for config.json, state -> (eta_L, E, B) the next
   round's clients use)."""
   import fedjax  # pylint: disable=g-import-not-at-top
-  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   batch_seed = 4 * seed + 4
   if implementation == 'fedjax_fedavg':
     algorithm = fedjax.algorithms.fed_avg.federated_averaging(
@@ -103,25 +102,12 @@ def build(implementation: str, seed: int, grad_fn: Callable[..., Any],
             dict(algorithm='fedavg', implementation='fedjax.algorithms.fed_avg',
                  client_batch_seed=None, **FEDAVG),
             lambda state: fixed)
-  fathom, fathom_fedavg = authors_code.import_fathom(_FATHOM_REPO.value)
+  import jax  # pylint: disable=g-import-not-at-top
   get = lambda name: float(flagfile[f'fathom_{name}'])
   eta_h = 0.0 if implementation == 'authors_fathom_eta_h0' else get('eta_h')
-  hparams = fathom_fedavg.HyperParams(
-      eta_c=get('initial_learning_rate'), Ep=get('initial_epochs'),
-      bs=get('initial_batch_size'), alpha=get('alpha'),
-      eta_h=jnp.array([get('eta_h0'), get('eta_h1'), get('eta_h2')]),
-      hparam_ub=jnp.array([get('Ep_ub'), get('eta_c_ub'), get('bs_ub')]))
-  import jax  # pylint: disable=g-import-not-at-top
-  algorithm = fathom_fedavg.federated_averaging(
-      grad_fn=grad_fn,
-      server_optimizer=fathom.core.optimizers.sgd(
-          float(flagfile['server_learning_rate'])),
-      client_optimizer=fathom.core.optimizers.sgd(get('initial_learning_rate')),
-      hyper_optimizer=fathom.core.optimizers.sgd(learning_rate=eta_h),
-      client_batch_hparams=fedjax.ShuffleRepeatBatchHParams(
-          batch_size=round(get('initial_batch_size')),
-          seed=jax.random.PRNGKey(batch_seed)),
-      fathom_init_hparams=hparams)
+  algorithm = authors_code.federated_averaging(
+      _FATHOM_REPO.value, flagfile, grad_fn, eta_h,
+      seed=jax.random.PRNGKey(batch_seed))
 
   def used(state):
     h = state.hyper_state.hyperparams

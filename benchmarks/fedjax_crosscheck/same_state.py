@@ -97,13 +97,11 @@ def flat_params(params) -> list[np.ndarray]:
 
 def run_authors() -> None:
   import jax  # pylint: disable=g-import-not-at-top
-  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   import fedjax  # pylint: disable=g-import-not-at-top
   if not _FATHOM_REPO.value:
     raise app.UsageError('--fathom_repo: expected a checkout of '
                          'andrewkkan/fathom for --side=authors')
   flagfile = authors_code.flagfile_values(_FATHOM_REPO.value)
-  fathom, fathom_fedavg = authors_code.import_fathom(_FATHOM_REPO.value)
   train, test = femnist.load(os.path.join(_DATA.value, femnist.NPZ))
   data = {}
   for cid, client in train.items():
@@ -116,20 +114,9 @@ def run_authors() -> None:
       apply_for_train=lambda params, batch, rng=None: model.apply_for_eval(
           params, batch))
   get = lambda name: float(flagfile[f'fathom_{name}'])
-  hparams = fathom_fedavg.HyperParams(
-      eta_c=get('initial_learning_rate'), Ep=get('initial_epochs'),
-      bs=get('initial_batch_size'), alpha=get('alpha'),
-      eta_h=jnp.array([get('eta_h0'), get('eta_h1'), get('eta_h2')]),
-      hparam_ub=jnp.array([get('Ep_ub'), get('eta_c_ub'), get('bs_ub')]))
-  algorithm = fathom_fedavg.federated_averaging(
-      grad_fn=fedjax.model_grad(no_dropout),
-      server_optimizer=fathom.core.optimizers.sgd(
-          float(flagfile['server_learning_rate'])),
-      client_optimizer=fathom.core.optimizers.sgd(get('initial_learning_rate')),
-      hyper_optimizer=fathom.core.optimizers.sgd(learning_rate=get('eta_h')),
-      client_batch_hparams=fedjax.ShuffleRepeatBatchHParams(
-          batch_size=round(get('initial_batch_size')), skip_shuffle=True),
-      fathom_init_hparams=hparams)
+  algorithm = authors_code.federated_averaging(
+      _FATHOM_REPO.value, flagfile, fedjax.model_grad(no_dropout),
+      get('eta_h'), skip_shuffle=True)
   # FATHOM's settings in the project's terms: log(Ep, eta_c, bs) step by
   # eta_h * (eta_h0, eta_h1, eta_h2); their upper bounds (Ep, eta_c, bs).
   settings = dict(
