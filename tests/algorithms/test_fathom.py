@@ -65,9 +65,12 @@ def test_matches_numpy_reference_for_six_rounds(step_rounding):
     np.testing.assert_allclose(sm, want['delta_sm'], rtol=1e-5, atol=1e-6)
     m = output.metrics
     nu = np.array([len(x) for x, _ in data])
+    # phi is a float32 cosine from running sums: against float64 its error
+    # reaches 2e-6 at rounds 5-6 here, whichever SGD kernel updates the
+    # weights, so near phi = 0 the absolute tolerance decides.
     np.testing.assert_allclose(m['fathom']['mean_phi'],
                                nu @ want['phis'] / nu.sum(), rtol=1e-5,
-                               atol=1e-6)
+                               atol=3e-6)
     np.testing.assert_allclose([m['fathom']['h'], m['fathom']['g']],
                                [want['h'], want['g']], rtol=1e-5, atol=1e-6)
     last = state.finalizer['last_hypergradients']

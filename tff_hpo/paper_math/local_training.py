@@ -145,7 +145,10 @@ def _train(model, initial_weights, dataset, learning_rate, epochs, batch,
       if isinstance(g, tf.IndexedSlices):
         v.scatter_sub(tree_math.scale(lr, g))
       else:
-        v.assign_sub(lr * g)
+        # TF's in-place kernel (the same arithmetic as assign_sub(lr * g)):
+        # no model-sized lr * g written and read back every step.
+        tf.raw_ops.ResourceApplyGradientDescent(
+            var=v.handle, alpha=tf.cast(lr, v.dtype), delta=g)
     if schedule is not None:
       # The loop carry needs fixed shapes; CL keeps the last gradient dense.
       previous_grads = tuple(tree_math.to_dense(g) for g in grads)
