@@ -1,4 +1,5 @@
-"""Times training rounds of each algorithm on EMNIST CR in one process.
+"""Times training rounds of each algorithm (EMNIST CR unless a --variant's
+flags say otherwise) in one process.
 
   python benchmarks/round_time.py [--algorithms=fedavg,fathom] [--rounds=30]
 
@@ -169,7 +170,7 @@ def main() -> int:
     }
 
   summary = {
-      'benchmark': 'round time, EMNIST CR CNN (cnn_dropout), same clients',
+      'benchmark': f'round time, {cfg.task}, same clients',
       'dataset': label,
       'clients_per_round': cfg.clients_per_round,
       'client_batch_size': cfg.client_batch_size,
