@@ -51,6 +51,12 @@ def cost_to_target(trials: Sequence[TrialRecord], target: float
   return None
 
 
+def total(trials: Sequence[TrialRecord]) -> dict[str, float]:
+  """What the trials spent in all: a study that never reached its target."""
+  return {name: sum(_last(t.frame)[name] for t in trials)
+          for name, _ in COSTS}
+
+
 def best_so_far(trials: Sequence[TrialRecord]) -> pd.DataFrame:
   """Best test accuracy so far against cumulative examples, over the
   study's trials in order: the curve a tuning study is judged by."""

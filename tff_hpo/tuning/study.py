@@ -36,6 +36,9 @@ from tff_hpo.tuning import space as space_lib
 from tff_hpo.tuning import trials as trials_lib
 
 STOPPED = 'stopped'  # User attribute of a trial a stop interrupted.
+# User attribute of the study: the finished trials its last start asked for
+# (a report counts an unreached target only once the study has them).
+PLANNED_TRIALS = 'planned_trials'
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 MAX_FAILURES_IN_A_ROW = 3  # Then the runner's settings are wrong, not a trial.
 
@@ -138,6 +141,7 @@ def optimize(settings: StudySettings) -> optuna.Study:
   processes together; each process finishes the trial it holds, so a
   shared study can end a trial or two beyond)."""
   study = load(settings)
+  study.set_user_attr(PLANNED_TRIALS, settings.trials)
   requeue_stopped(study)
   failures = 0
   while finished(study) < settings.trials:
