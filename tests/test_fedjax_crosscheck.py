@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import subprocess
 import sys
 
 import numpy as np
@@ -22,6 +23,7 @@ from tff_hpo.reporting import comparison
 NPZ = os.path.join(SHARED_DATA, femnist.NPZ)
 TFF_RUN = os.path.join(ROOT, 'results', 'table1',
                        'authors_kerasinit_emnist_baseline_fedavg_s0')
+FEDJAX_PYTHON = os.path.join(ROOT, '.venv-fedjax', 'bin', 'python')
 
 
 def test_few_writers_load_with_the_npz_split():
@@ -64,6 +66,34 @@ def test_columns_are_the_projects_names():
 ])
 def test_round_costs_count_full_batches(sizes, epochs, batch, want):
   assert run_files.round_costs(sizes, epochs, batch) == want
+
+
+@pytest.mark.skipif(not os.access(FEDJAX_PYTHON, os.X_OK),
+                    reason='no FedJAX environment (make fedjax-env) to run in')
+def test_processed_weights_change_the_length_fed_avg_reads_not_the_batches():
+  script = (
+      'import json, sys, numpy as np, fedjax\n'
+      'from benchmarks.fedjax_crosscheck import run\n'
+      'out = []\n'
+      'for n in (1, 20, 21, 59):\n'
+      '  cds = fedjax.ClientDataset({"y": np.arange(n)})\n'
+      '  (_, d, _), = run.weighted_by_examples_processed([(b"c", cds, None)],'
+      ' 20)\n'
+      '  hp = fedjax.ShuffleRepeatBatchHParams(batch_size=20, seed=n)\n'
+      '  ys = [b["y"] for b in d.shuffle_repeat_batch(hp)]\n'
+      '  mine = [b["y"] for b in cds.shuffle_repeat_batch(hp)]\n'
+      '  same = all(np.array_equal(a, b) for a, b in zip(ys, mine))\n'
+      '  out.append([len(d), sum(len(y) for y in ys), same and'
+      ' len(ys) == len(mine)])\n'
+      'print(json.dumps(out))\n')
+  done = subprocess.run([FEDJAX_PYTHON, '-c', script], capture_output=True,
+                        text=True, check=True, cwd=ROOT,
+                        env={**os.environ, 'JAX_PLATFORMS': 'cpu'})
+  got = json.loads(done.stdout.strip().splitlines()[-1])
+  # Weight (len) and examples trained are both ceil(n / 20) * 20; the
+  # batches are FedJAX's own for the real n.
+  assert got == [[20, 20, True], [20, 20, True], [40, 40, True],
+                 [60, 60, True]]
 
 
 def _fedjax_run(root, **config) -> str:

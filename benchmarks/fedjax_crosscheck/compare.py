@@ -40,6 +40,8 @@ LATE_ROUNDS = (150, 200, 250, 300)  # Where the kernels left a gap.
 TARGETS = (0.80, 0.85, 0.86)
 REFERENCES = {  # Directory prefix -> (algorithm, label).
     'fedjax_fedavg': ('fedavg', 'FedJAX fed_avg'),
+    'fedjax_fedavg_processed_weights': (
+        'fedavg', 'FedJAX fed_avg, clients weighted by examples processed'),
     'authors_fathom_eta_h0': ('fedavg', 'authors\' code, fathom_eta_h = 0'),
     'authors_fathom': ('fathom', 'authors\' code'),
 }

@@ -23,6 +23,12 @@ FedJAX itself, never by this project's code:
   `experiments/fathom/fathom.EMNIST_CONV.flags` (read from that checkout);
   `authors_fathom_eta_h0`: the same with `fathom_eta_h=0`, plain FedAvg in the
   authors' code (its batches take the flagfile's fixed batch seed);
+- `fedjax_fedavg_processed_weights`: `fedjax_fedavg` with one difference,
+  the weight of a client's update in the mean: the examples its full
+  batches process, ceil(n / 20) * 20, which is what TFF's FedAvg
+  (`ClientWeighting.NUM_EXAMPLES`, counting the examples trained on) gives
+  on FedJAX's batches, instead of FedJAX's n (each sampled client's
+  dataset reports that length to `fed_avg`; its batches are unchanged);
 - both: 10 clients a round by `fedjax.client_samplers.UniformGetClientSampler`,
   every test client evaluated (`ModelFullEvaluationFn`) every
   `--rounds_per_eval` rounds.
@@ -54,7 +60,8 @@ from benchmarks.fedjax_crosscheck import femnist
 from benchmarks.fedjax_crosscheck import run_files
 from tff_hpo.runs import run_status
 
-IMPLEMENTATIONS = ('fedjax_fedavg', 'authors_fathom', 'authors_fathom_eta_h0')
+IMPLEMENTATIONS = ('fedjax_fedavg', 'fedjax_fedavg_processed_weights',
+                   'authors_fathom', 'authors_fathom_eta_h0')
 _IMPLEMENTATION = flags.DEFINE_enum('implementation', None, IMPLEMENTATIONS,
                                     'Which reference to run.')
 _SEED = flags.DEFINE_integer('seed', 0, 'Run seed (see the module doc).')
@@ -90,7 +97,7 @@ def build(implementation: str, seed: int, grad_fn: Callable[..., Any],
   round's clients use)."""
   import fedjax  # pylint: disable=g-import-not-at-top
   batch_seed = 4 * seed + 4
-  if implementation == 'fedjax_fedavg':
+  if implementation.startswith('fedjax_fedavg'):
     algorithm = fedjax.algorithms.fed_avg.federated_averaging(
         grad_fn, fedjax.optimizers.sgd(FEDAVG['client_learning_rate']),
         fedjax.optimizers.sgd(FEDAVG['server_learning_rate']),
@@ -99,7 +106,9 @@ def build(implementation: str, seed: int, grad_fn: Callable[..., Any],
     fixed = (FEDAVG['client_learning_rate'], 1.0,
              float(FEDAVG['client_batch_size']))
     return (algorithm,
-            dict(algorithm='fedavg', implementation='fedjax.algorithms.fed_avg',
+            dict(algorithm='fedavg', implementation='fedjax.algorithms.fed_avg'
+                 + (', clients weighted by examples processed'
+                    if implementation != 'fedjax_fedavg' else ''),
                  client_batch_seed=None, **FEDAVG),
             lambda state: fixed)
   import jax  # pylint: disable=g-import-not-at-top
@@ -126,6 +135,27 @@ def build(implementation: str, seed: int, grad_fn: Callable[..., Any],
       client_batch_size=get('initial_batch_size'),
       client_epochs=get('initial_epochs'))
   return algorithm, settings, used
+
+
+def weighted_by_examples_processed(clients: Sequence[tuple], batch_size: int
+                                   ) -> list[tuple]:
+  """The sampled clients, each dataset reporting as its length the
+  examples its full batches process (ceil(n / B) B, E = 1): the weight
+  `fed_avg` gives its update. Its examples and batches are unchanged."""
+  import fedjax  # pylint: disable=g-import-not-at-top
+
+  class Processed(fedjax.ClientDataset):
+
+    def __len__(self) -> int:
+      return -(-super().__len__() // batch_size) * batch_size
+
+    def shuffle_repeat_batch(self, *args, **kwargs):
+      # FedJAX's batch view counts the examples with len(): the real ones.
+      return fedjax.ClientDataset(self.raw_examples, self.preprocessor
+                                  ).shuffle_repeat_batch(*args, **kwargs)
+
+  return [(cid, Processed(cds.raw_examples, cds.preprocessor), rng)
+          for cid, cds, rng in clients]
 
 
 def main(argv: Sequence[str]) -> None:
@@ -185,7 +215,9 @@ def main(argv: Sequence[str]) -> None:
     eta, epochs, batch = used(state)
     clients = sampler.sample()
     start = time.perf_counter()
-    state, _ = algorithm.apply(state, clients)
+    state, _ = algorithm.apply(
+        state, weighted_by_examples_processed(clients, int(batch))
+        if implementation == 'fedjax_fedavg_processed_weights' else clients)
     jax.block_until_ready(state.params)
     seconds = time.perf_counter() - start
     examples, steps = run_files.round_costs([len(c[1]) for c in clients],
