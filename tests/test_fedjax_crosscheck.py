@@ -14,6 +14,7 @@ import sys
 import numpy as np
 import pytest
 
+from benchmarks.fedjax_crosscheck import compare
 from benchmarks.fedjax_crosscheck import femnist
 from benchmarks.fedjax_crosscheck import run_files
 from tests.conftest import ROOT
@@ -124,6 +125,24 @@ def test_report_reads_a_fedjax_run_beside_a_tff_run(tmp_path):
   out = str(tmp_path / 'both.png')
   comparison.plot([fedjax_dir, TFF_RUN], out)
   assert os.path.getsize(out) > 0
+
+
+def test_band_means_per_seed_leave_out_runs_missing_an_evaluation(tmp_path):
+  def run(name, accuracies):
+    d = tmp_path / name
+    d.mkdir()
+    rows = [{'round': 10 * i, 'eval/accuracy': a}
+            for i, a in enumerate(accuracies, start=1) if a is not None]
+    (d / 'metrics.csv').write_text('round,eval/accuracy\n' + ''.join(
+        f'{r["round"]},{r["eval/accuracy"]}\n' for r in rows))
+    return str(d)
+  found = {('fedavg', 'A'): [run('a0', [0.1, 0.2, 0.3]),
+                             run('a1', [0.3, 0.4, 0.5]),
+                             run('a2', [0.3, None, 0.5])]}
+  table = compare.band_table(found, bands=((10, 30), (20, 30)))
+  assert table.splitlines()[2] == (
+      '| fedavg | A | 0.2000 / 0.4000, **0.3000** | '
+      '0.2500 / 0.4500, **0.3500** |')
 
 
 def test_resume_keeps_rows_up_to_the_saved_round_and_refuses_other_settings(
