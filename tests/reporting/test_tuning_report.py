@@ -101,8 +101,8 @@ def test_ratios_to_fathom_per_start(roots):
   text = tuning.comparison_markdown(
       studies, tuning.fathom_runs(str(roots[1])), 0.86)
   lines = {line.split(' | ')[0]: line for line in text.splitlines()}
-  assert lines['| FedAvg, TPE + Hyperband study'].startswith(
-      '| FedAvg, TPE + Hyperband study | 5 (1/2) |')
+  assert lines['| TPE + Hyperband study'].startswith(
+      '| TPE + Hyperband study | 5 (1/2) |')
   # Study: 5 reached, 4 spent (bound 4.5); FATHOM: rounds 2 and 4 (mean 3).
   baseline = lines['| FATHOM, one run from baseline values']
   assert '| 3 ± 1 (2/2) |' in baseline
@@ -124,7 +124,7 @@ def test_the_page_and_figure_are_written(roots, capsys):
   page = (studies / 'README.md').read_text()
   assert '`--client_learning_rate=0.05`' in page
   assert '- s2: 1 trials trained, under way' in page
-  assert '- FedAvg studies: hand-made trials' in page
+  assert '- studies: hand-made trials' in page
   assert '- FATHOM: hand-made table1' in page
   assert (studies / 'figures' / tuning.FIGURE).stat().st_size > 10_000
   assert report.main([f'--tuning={fathom}']) == 2

@@ -110,7 +110,7 @@ def comparison_markdown(studies: Sequence[StudyRecord],
   lines = ['| tuner | rounds | examples | local steps | train s | '
            'study / FATHOM (rounds / examples / steps / s) |',
            '|---|---|---|---|---|---|',
-           '| FedAvg, TPE + Hyperband study | ' + ' | '.join(_cells(ours)) +
+           '| TPE + Hyperband study | ' + ' | '.join(_cells(ours)) +
            ' | - |']
   for label, runs in fathom.items():
     if not runs:
@@ -151,7 +151,7 @@ def figure(studies: Sequence[StudyRecord],
   for study in studies:
     curve = costs.best_so_far(study.trials)
     ax.step(curve['examples'], curve['best'], where='post',
-            label=f'FedAvg study {study.name}')
+            label=f'study {study.name}')
   styles = iter(('--', ':', '-.', (0, (5, 1))))
   for label, runs in fathom.items():
     if not runs:
@@ -189,7 +189,7 @@ def write(root: str, fathom_root: str, target: float) -> str:
       f'- {s.name}: {len(s.trials)} trials trained, '
       f'{"finished" if s.finished else "under way"}' for s in studies)
   datasets = {f'- FATHOM: {r.dataset}' for runs in fathom.values()
-              for r in runs} | {f'- FedAvg studies: {d}' for s in studies
+              for r in runs} | {f'- studies: {d}' for s in studies
                                 for d in s.datasets}
   best = best_settings(studies)
   best_text = ('No trial has completed yet.' if best is None else
