@@ -198,7 +198,7 @@ def write(root: str, fathom_root: str, target: float) -> str:
                    f'`--{k}={v:.4g}`' if isinstance(v, float) else
                    f'`--{k}={v}`' for k, v in sorted(best['params'].items())))
   text = '\n\n'.join([
-      '# Tuning FedAvg against FATHOM\'s one run',
+      '# A tuning study against FATHOM\'s one run',
       f'Cost until the first trial (a study) or the run (FATHOM) reached '
       f'{target:.3g} test accuracy, mean ± std over studies or seeds '
       '((k/n): k reached of n counted; a study counts once it has finished '
