@@ -233,6 +233,21 @@ def test_every_algorithm_of_a_row_with_costs_and_ratios_to_fedavg(tmp_path):
       '| scaffold | pending | pending | pending | pending | NA / NA / NA |']
 
 
+def test_algorithms_without_a_papers_values_for_the_task_are_marked(
+    tmp_path):
+  for algorithm in ('fedavg', 'fedadam', 'fedexp'):
+    _run(tmp_path, f'so_baseline_{algorithm}_s0', [0.1, 0.2],
+         algorithm=algorithm, seed=0, task='stackoverflow_nwp')
+    _run(tmp_path, f'em_baseline_{algorithm}_s0', [0.1, 0.2],
+         algorithm=algorithm, seed=0)
+  runs = table1.load_runs(str(tmp_path))
+  text = table1.algorithms_markdown(runs, {})
+  so = text[text.index('### so_baseline'):]
+  assert '| fedexp (untuned here) | 1/1 | 0.200 |' in so
+  assert '| fedadam | 1/1 |' in so  # Reddi et al. tuned it for the task.
+  assert 'untuned' not in text[:text.index('### so_baseline')]  # EMNIST.
+
+
 def test_rerun_rows_set_new_old_and_authors_code_ratios_side_by_side(
     tmp_path):
   table, crosscheck = tmp_path / 'table1', tmp_path / 'fedjax_crosscheck'

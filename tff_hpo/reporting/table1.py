@@ -43,6 +43,12 @@ COSTS = (('rounds', 'round'), ('examples', 'cost/examples_cumulative'),
          ('seconds', 'train_seconds'))
 HPARAMS = comparison.HPARAMS
 PAIRED = ('fathom', 'fedavg')  # Table 1's two columns, first in every listing.
+# Algorithms whose papers have no experiment on a task: they run there at
+# Reddi et al.'s FedAvg client learning rate and their papers' defaults
+# (flagfiles/algorithms), untuned, and are marked so beside their numbers.
+UNTUNED = {'stackoverflow_nwp': frozenset({
+    'fedexp', 'scaffold', 'scaffold_exp', 'adabest', 'fedhyper_g',
+    'fedhyper_sl', 'fedhyper_cl', 'fedhyper_g_cl'})}
 # Row prefixes of the authors' pipeline as it ran before, newest first, with
 # what it lacked (the runs' old name was `authors_...`): the CNN's kernels
 # drawn as FedJAX draws them, then FedJAX's fresh dropout masks each round,
@@ -291,9 +297,11 @@ def algorithms_markdown(runs: Sequence[RunInfo],
                                                          set(PAIRED))
     by_algorithm = {a: [r for r in members if r.algorithm == a]
                     for a in order}
+    untuned = UNTUNED.get(members[0].task, frozenset())
+    name = lambda a: f'{a} (untuned here)' if a in untuned else a
     lines = ['| algorithm | runs ended | best test acc. (ended) |',
              '|---|---|---|']
-    lines += [f'| {a} | {sum(r.ended for r in mine)}/{len(mine)} | '
+    lines += [f'| {name(a)} | {sum(r.ended for r in mine)}/{len(mine)} | '
               f'{_best_accuracy(mine)} |' for a, mine in by_algorithm.items()]
     parts = ['\n'.join(lines)]
     for target in targets.get(row, []):
@@ -307,7 +315,7 @@ def algorithms_markdown(runs: Sequence[RunInfo],
         ratios = (' / '.join(ratio(stat[c], fedavg[c]) for c in
                              ('rounds', 'examples', 'local_steps'))
                   if fedavg and a != 'fedavg' else '-')
-        lines.append(f'| {a} | {stat["rounds"].text()} | '
+        lines.append(f'| {name(a)} | {stat["rounds"].text()} | '
                      f'{stat["examples"].text(1e3, "K")} | '
                      f'{stat["local_steps"].text()} | '
                      f'{stat["seconds"].text()} | {ratios} |')
@@ -549,7 +557,9 @@ ALGORITHMS_NOTE = (
     'Each algorithm at its own tuned learning rates (flagfiles/algorithms) '
     'in the row\'s setting and pipeline; cells and ratios as in Table 1 '
     '(a ratio is the algorithm\'s mean over FedAvg\'s). Costs to target, '
-    'not a tuning of these algorithms for this data.')
+    'not a tuning of these algorithms for this data. "untuned here": the '
+    'algorithm\'s paper has no experiment on the task, so it runs at Reddi '
+    'et al.\'s FedAvg client learning rate and its paper\'s defaults.')
 RERUN_HEAD = (
     '## The authors\' EMNIST pipeline, now and before\n\n'
     'FATHOM / FedAvg ratios of rounds / examples to the target (read as in '
