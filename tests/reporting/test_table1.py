@@ -114,6 +114,8 @@ def test_unreached_runs_count_once_ended_and_rows_pair_algorithms(tmp_path):
   line = next(l for l in table.splitlines() if '| 0.86 |' in l)
   # FATHOM s1 spent 2 rounds without reaching 0.86: its mean is > 2.
   assert '| 2 (1/2) | 4 (1/1) | > 0.50 |' in line
+  # Best within the budget, over ended runs: FATHOM s0 0.9, s1 0.6.
+  assert line.endswith('| 0.750 ± 0.212 (2) | 0.900 (1) | 10 |')
 
 
 def test_stack_overflow_target_follows_the_written_rule_on_its_corpus(

@@ -242,8 +242,9 @@ def table_markdown(runs: Sequence[RunInfo], targets: dict[str, list[float]]
   """Table 1's shape: one line per row and target, FATHOM beside FedAvg."""
   lines = ['| row | target | rounds FATHOM | rounds FedAvg | ratio | '
            'examples FATHOM | examples FedAvg | ratio | local steps FATHOM | '
-           'local steps FedAvg | train s FATHOM | train s FedAvg | budget |',
-           '|' + '---|' * 13]
+           'local steps FedAvg | train s FATHOM | train s FedAvg | '
+           'best acc. FATHOM | best acc. FedAvg | budget |',
+           '|' + '---|' * 15]
   for row in sorted({r.row for r in runs}):
     members = [r for r in runs if r.row == row]
     fathom, fedavg = ([r for r in members if r.algorithm == a]
@@ -251,6 +252,8 @@ def table_markdown(runs: Sequence[RunInfo], targets: dict[str, list[float]]
     if not (fathom and fedavg):
       continue
     budget = _budget_text(members)
+    best = [f'{_best_accuracy(mine)} ({sum(r.ended for r in mine)})'
+            for mine in (fathom, fedavg)]
     for target in targets.get(row, []):
       a, b = summarize(fathom, target), summarize(fedavg, target)
       lines.append(
@@ -259,7 +262,8 @@ def table_markdown(runs: Sequence[RunInfo], targets: dict[str, list[float]]
           f'{a["examples"].text(1e3, "K")} | {b["examples"].text(1e3, "K")} | '
           f'{ratio(a["examples"], b["examples"])} | '
           f'{a["local_steps"].text()} | {b["local_steps"].text()} | '
-          f'{a["seconds"].text()} | {b["seconds"].text()} | {budget} |')
+          f'{a["seconds"].text()} | {b["seconds"].text()} | '
+          f'{best[0]} | {best[1]} | {budget} |')
   return '\n'.join(lines)
 
 
@@ -276,6 +280,7 @@ def _budget_text(members: Sequence[RunInfo]) -> str:
 
 
 def _best_accuracy(runs: Sequence[RunInfo]) -> str:
+  """Best test accuracy within the budget, mean ± std over ended runs."""
   best = [float(r.frame['eval/accuracy'].max()) for r in runs if r.ended]
   spread = f' ± {np.std(best, ddof=1):.3f}' if len(best) > 1 else ''
   return f'{np.mean(best):.3f}{spread}' if best else 'pending'
