@@ -184,6 +184,7 @@ def write(root: str, fathom_root: str, target: float) -> str:
   fig = figure(studies, fathom, target)
   png = os.path.join(root, 'figures', FIGURE)
   fig.savefig(png + '.tmp.png', dpi=110)
+  table1._pyplot().close(fig)  # pylint: disable=protected-access
   os.replace(png + '.tmp.png', png)
   status = '\n'.join(
       f'- {s.name}: {len(s.trials)} trials trained, '
@@ -210,7 +211,7 @@ def write(root: str, fathom_root: str, target: float) -> str:
       f'pipeline\'s Table 1 rows in `{fathom_root}`; the studies\' trials '
       'ran on the flagfile their `tff_hpo.tune` command named.',
       '## Data\n\n' + ('\n'.join(sorted(datasets)) or
-                        'No FATHOM run found.'),
+                        'No run found.'),
       comparison_markdown(studies, fathom, target),
       '## Studies\n\n' + status,
       '## Best settings found\n\n' + best_text,
