@@ -22,7 +22,6 @@ from typing import Optional, Sequence
 
 import optuna
 from optuna.trial import TrialState
-import pandas as pd
 
 from tff_hpo.reporting import comparison
 from tff_hpo.reporting import table1
@@ -134,14 +133,6 @@ def best_settings(studies: Sequence[StudyRecord]) -> Optional[dict]:
           'params': dict(trial.params)}
 
 
-def run_best_so_far(frame: pd.DataFrame) -> pd.DataFrame:
-  """One run's best test accuracy so far against its cumulative examples."""
-  evaluated = frame.dropna(subset=['eval/accuracy'])
-  return pd.DataFrame({
-      'examples': evaluated['cost/examples_cumulative'].to_numpy(float),
-      'best': evaluated['eval/accuracy'].cummax().to_numpy(float)})
-
-
 def figure(studies: Sequence[StudyRecord],
            fathom: dict[str, list[table1.RunInfo]], target: float):
   """Best accuracy so far against cumulative examples: each study (every
@@ -158,7 +149,8 @@ def figure(studies: Sequence[StudyRecord],
       continue
     style = next(styles)
     for i, run in enumerate(runs):
-      curve = run_best_so_far(run.frame)
+      # A run is a study of one trial.
+      curve = costs.best_so_far([costs.TrialRecord(0, 'COMPLETE', run.frame)])
       ax.step(curve['examples'], curve['best'], where='post',
               linestyle=style, color='black', alpha=0.7,
               label=f'FATHOM from {label}' if i == 0 else None)
