@@ -23,6 +23,8 @@ import numpy as np
 import pandas as pd
 
 from tff_hpo.reporting import comparison
+from tff_hpo.reporting import replayed_seconds
+from tff_hpo.reporting.stats import Stat, ratio  # pylint: disable=unused-import
 from tff_hpo.runs import run_status
 
 # The paper's EMNIST target (86 %) sits near this subset's ceiling, so 80 % and
@@ -36,8 +38,8 @@ SO_TARGET_FRACTION = 0.9
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
 # The written rule's target on the corpus it was computed for.
-SO_BASELINES = os.path.join(ROOT, 'benchmarks', 'results',
-                            'stackoverflow_baselines.json')
+BENCHMARK_RESULTS = os.path.join(ROOT, 'benchmarks', 'results')
+SO_BASELINES = os.path.join(BENCHMARK_RESULTS, 'stackoverflow_baselines.json')
 COSTS = (('rounds', 'round'), ('examples', 'cost/examples_cumulative'),
          ('local_steps', 'cost/local_steps_cumulative'),
          ('seconds', 'train_seconds'))
@@ -134,41 +136,6 @@ def cost_to_target(frame: pd.DataFrame, target: float) -> Optional[dict]:
   return {name: float(row[column]) for name, column in COSTS}
 
 
-@dataclasses.dataclass
-class Stat:
-  """mean ± std over the runs that reached; n of how many counted. `spent`:
-  what each ended run that never reached it used (its last round's costs),
-  less than it would have needed."""
-  values: list
-  counted: int
-  spent: list = dataclasses.field(default_factory=list)
-
-  @property
-  def bound(self) -> Optional[float]:
-    """The mean with each never-reaching run at what it spent: a lower
-    bound of the mean cost to target (the mean itself when all reached)."""
-    both = self.values + self.spent
-    return float(np.mean(both)) if both else None
-
-  @property
-  def mean(self) -> Optional[float]:
-    return float(np.mean(self.values)) if self.values else None
-
-  @property
-  def std(self) -> Optional[float]:
-    return float(np.std(self.values, ddof=1)) if len(self.values) > 1 else None
-
-  def text(self, scale: float = 1.0, unit: str = '') -> str:
-    if not self.counted:
-      return 'pending'  # No run has reached it or ended yet.
-    if not self.values:
-      return f'NA (0/{self.counted})'
-    mean = f'{self.mean / scale:,.0f}{unit}'
-    spread = ('' if self.std is None else
-              f' ± {self.std / scale:,.0f}{unit}')
-    return f'{mean}{spread} ({len(self.values)}/{self.counted})'
-
-
 def summarize(runs: Sequence[RunInfo], target: float) -> dict[str, Stat]:
   """Per cost, over these runs: a reached run counts; an unreached one only
   once it has ended (a run still training may reach later)."""
@@ -222,19 +189,6 @@ def so_target(runs: Sequence[RunInfo]) -> Optional[float]:
           if r.algorithm == 'fedavg' and r.row.endswith('_baseline')
           and r.ended]
   return SO_TARGET_FRACTION * float(np.mean(best)) if best else None
-
-
-def ratio(a: Stat, b: Stat) -> str:
-  """a's mean over b's, or the bound it is where a side fell short (read as
-  `RATIO_NOTE` says); NA while a side has no counted run."""
-  if not (a.counted and b.counted) or (a.spent and b.spent):
-    return 'NA'
-  value = a.bound / b.bound
-  if b.spent:
-    return f'< {value:.2f}'
-  if a.spent:
-    return f'> {value:.2f}'
-  return f'{value:.2f}'
 
 
 def table_markdown(runs: Sequence[RunInfo], targets: dict[str, list[float]]
@@ -601,6 +555,9 @@ def write(root: str) -> str:
       table_markdown(runs, targets),
       *([RERUN_HEAD + rerun] if (rerun := rerun_markdown(
           runs, crosscheck_pairs())) else []),
+      *(['## Training seconds to target, replayed quietly\n\n' + quiet]
+        if (quiet := replayed_seconds.markdown(
+            replayed_seconds.load(BENCHMARK_RESULTS))) else []),
       '## Every algorithm on a row\n\n' + ALGORITHMS_NOTE + '\n\n' +
       (algorithms_markdown(runs, targets) or 'No row has run them yet.'),
       '## Runs\n\n' + status_markdown(runs),
