@@ -57,7 +57,7 @@ def test_rows_give_each_side_s_mean_and_the_ratios_of_the_same_runs():
   row85 = next(line for line in lines if line.startswith('| row | 0.85 '))
   assert '| 300 (1/2) | 400 (1/1) | 0.75 |' in row85
   assert 'lonely' not in text
-  assert 'M, 1 core(s), eigen kernels' in text
+  assert 'M, the replay pinned to 1 of them, eigen kernels' in text
 
 
 def test_no_section_without_a_pair():

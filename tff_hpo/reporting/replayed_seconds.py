@@ -75,8 +75,9 @@ def markdown(replays: Mapping[str, Mapping[str, Any]]) -> str:
           f'{ratio(*cells["sweep_seconds"])} | {names} |')
   if len(lines) == 2:
     return ''
-  machines = sorted({f'{r["machine"]}, {r.get("cores")} core(s), '
-                     f'{r["cpu_kernels"]} kernels' for r in replays.values()})
+  machines = sorted({f'{r["machine"]}, the replay pinned to {r.get("cores")}'
+                     f' of them, {r["cpu_kernels"]} kernels'
+                     for r in replays.values()})
   return (
       'Each run trained again alone (`benchmarks/seconds_to_target.py`, '
       'nothing else running), its rounds checked equal to the committed '
