@@ -13,10 +13,9 @@ import json
 import os
 from typing import Any, Mapping, Sequence
 
-from tff_hpo.reporting.stats import Stat, ratio
+from tff_hpo.reporting.stats import PAIRED, Stat, ratio, row_of
 
 PATTERN = 'seconds_to_target*.json'
-PAIRED = ('fathom', 'fedavg')
 
 
 def load(results_dir: str) -> dict[str, dict[str, Any]]:
@@ -32,12 +31,6 @@ def load(results_dir: str) -> dict[str, dict[str, Any]]:
   return runs
 
 
-def row_of(name: str, run: Mapping[str, Any]) -> str:
-  """The Table 1 row of run directory `name` (as `table1.load_runs`)."""
-  suffix = f'_{run["algorithm"]}_s{run["seed"]}'
-  return name[:-len(suffix)] if name.endswith(suffix) else name
-
-
 def _stat(runs: Sequence[Mapping[str, Any]], target: str, key: str) -> Stat:
   hits = [run['targets'].get(target) for run in runs]
   return Stat([hit[key] for hit in hits if hit], len(runs))
@@ -51,8 +44,9 @@ def markdown(replays: Mapping[str, Mapping[str, Any]]) -> str:
   rows: dict[str, dict[str, list]] = {}
   for name, run in replays.items():
     if run['algorithm'] in PAIRED:
-      rows.setdefault(row_of(name, run), {a: [] for a in PAIRED})[
-          run['algorithm']].append(dict(run, name=name))
+      row = rows.setdefault(row_of(name, run['algorithm'], run['seed']),
+                            {a: [] for a in PAIRED})
+      row[run['algorithm']].append(dict(run, name=name))
   lines = ['| row | target | replayed s FATHOM | replayed s FedAvg | ratio | '
            'rounds ratio | examples ratio | sweep s ratio (same runs) | '
            'runs |', '|' + '---|' * 9]

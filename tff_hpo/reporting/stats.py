@@ -1,6 +1,6 @@
-"""Table 1's cells: a cost's mean ± std over the runs that reached a target,
-and the ratio of two such cells (`tff_hpo.reporting.table1`'s RATIO_NOTE
-says how to read it)."""
+"""Table 1's rows and cells: which row a run belongs to, a cost's mean ± std
+over the runs that reached a target, and the ratio of two such cells
+(`tff_hpo.reporting.table1`'s RATIO_NOTE says how to read it)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,16 @@ import dataclasses
 from typing import Optional
 
 import numpy as np
+
+PAIRED = ('fathom', 'fedavg')  # Table 1's two columns, first in every listing.
+
+
+def row_of(run_name: str, algorithm: str, seed: int) -> str:
+  """The row of run directory `run_name`: the name without
+  `_<algorithm>_s<seed>` (`authors_emnist_baseline_fathom_s2` ->
+  `authors_emnist_baseline`); a name without that suffix is its own row."""
+  suffix = f'_{algorithm}_s{seed}'
+  return run_name[:-len(suffix)] if run_name.endswith(suffix) else run_name
 
 
 @dataclasses.dataclass

@@ -24,7 +24,7 @@ import pandas as pd
 
 from tff_hpo.reporting import comparison
 from tff_hpo.reporting import replayed_seconds
-from tff_hpo.reporting.stats import Stat, ratio  # pylint: disable=unused-import
+from tff_hpo.reporting.stats import PAIRED, Stat, ratio, row_of
 from tff_hpo.runs import run_status
 
 # The paper's EMNIST target (86 %) sits near this subset's ceiling, so 80 % and
@@ -44,7 +44,6 @@ COSTS = (('rounds', 'round'), ('examples', 'cost/examples_cumulative'),
          ('local_steps', 'cost/local_steps_cumulative'),
          ('seconds', 'train_seconds'))
 HPARAMS = comparison.HPARAMS
-PAIRED = ('fathom', 'fedavg')  # Table 1's two columns, first in every listing.
 # Algorithms whose papers have no experiment on a task: they run there at
 # Reddi et al.'s FedAvg client learning rate and their papers' defaults
 # (flagfiles/algorithms), untuned, and are marked so beside their numbers.
@@ -98,8 +97,7 @@ def load_runs(root: str) -> list[RunInfo]:
                        'real data only')
     with open(config_path) as f:
       config = json.load(f)
-    suffix = f'_{config["algorithm"]}_s{config["seed"]}'
-    row = name[:-len(suffix)] if name.endswith(suffix) else name
+    row = row_of(name, config['algorithm'], config['seed'])
     frame = comparison.load_run(run_dir)
     if frame.empty:
       continue
@@ -511,7 +509,8 @@ RATIO_NOTE = (
     'without reaching the target counts in it with what it spent, which is '
     'less than it would have needed: "< r" where FedAvg fell short (FATHOM '
     'needs less than r of FedAvg), "> r" where FATHOM did; NA where both '
-    'did.')
+    'did. "train s" are the sweeps\' own seconds, on a machine shared with '
+    'other runs; the quiet replays further down are the seconds to compare.')
 ALGORITHMS_NOTE = (
     'Each algorithm at its own tuned learning rates (flagfiles/algorithms) '
     'in the row\'s setting and pipeline; cells and ratios as in Table 1 '
