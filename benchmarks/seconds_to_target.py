@@ -32,6 +32,7 @@ import argparse
 import json
 import math
 import os
+import subprocess
 import sys
 from typing import Any, Optional, Sequence
 
@@ -132,6 +133,13 @@ def _child(run_dir: str, args: argparse.Namespace) -> None:
   rounds = min(rounds, args.rounds or rounds)
   fingerprint = {}
 
+  def same_data(exp) -> None:  # Before the first round, not after the last.
+    fingerprint['value'] = exp.task.data_fingerprint
+    if fingerprint['value'] != config.get('data_fingerprint'):
+      raise SystemExit(f'error: --runs: {run_dir} trained on data '
+                       f'{config.get("data_fingerprint")}; the cache here '
+                       f'holds {fingerprint["value"]}')
+
   def on_round(r: int, m: dict) -> None:
     print(json.dumps({
         'round': r, 'seconds': m['time/round_seconds'],
@@ -142,9 +150,7 @@ def _child(run_dir: str, args: argparse.Namespace) -> None:
 
   label = child_runs.train(
       replay_settings(config, rounds), on_round, args.cache_dir,
-      prepare=lambda exp: fingerprint.update(
-          value=exp.task.data_fingerprint),
-      task=config['task'])
+      prepare=same_data, task=config['task'])
   print(json.dumps({'dataset': label,
                     'data_fingerprint': fingerprint.get('value')}), flush=True)
 
@@ -198,15 +204,21 @@ def main() -> int:
   rows = []
   for d in run_dirs:
     name = os.path.basename(os.path.normpath(d))
-    replayed, last = child_runs.collect(
-        __file__, os.path.abspath(d), '--child')
+    try:
+      replayed, last = child_runs.collect(
+          __file__, os.path.abspath(d), '--child')
+    except subprocess.CalledProcessError:
+      print(f'error: --runs: the replay of {d} failed (its error above)',
+            file=sys.stderr)
+      return 1
     committed = pd.read_csv(os.path.join(d, 'metrics.csv'))
     with open(os.path.join(d, 'config.json')) as f:
       config = json.load(f)
-    if last.get('data_fingerprint') != config.get('data_fingerprint'):
-      raise ValueError(f'{d}: replayed on data {last.get("data_fingerprint")}'
-                       f', trained on {config.get("data_fingerprint")}')
-    worst = check_replay(committed, replayed, args.loss_tolerance)
+    try:
+      worst = check_replay(committed, replayed, args.loss_tolerance)
+    except ValueError as e:
+      print(f'error: --runs: {d} does not replay: {e}', file=sys.stderr)
+      return 1
     end = committed.loc[committed['round'] == replayed[-1]['round']]
     summary['runs'][name] = {
         'algorithm': config['algorithm'], 'seed': config['seed'],
