@@ -131,14 +131,12 @@ def _child(run_dir: str, args: argparse.Namespace) -> None:
   hits = [h for h in crossings(committed, args.targets).values() if h]
   rounds = max(hits) if hits else int(committed['round'].max())
   rounds = min(rounds, args.rounds or rounds)
-  fingerprint = {}
 
   def same_data(exp) -> None:  # Before the first round, not after the last.
-    fingerprint['value'] = exp.task.data_fingerprint
-    if fingerprint['value'] != config.get('data_fingerprint'):
+    if exp.task.data_fingerprint != config.get('data_fingerprint'):
       raise SystemExit(f'error: --runs: {run_dir} trained on data '
                        f'{config.get("data_fingerprint")}; the cache here '
-                       f'holds {fingerprint["value"]}')
+                       f'holds {exp.task.data_fingerprint}')
 
   def on_round(r: int, m: dict) -> None:
     print(json.dumps({
@@ -151,8 +149,7 @@ def _child(run_dir: str, args: argparse.Namespace) -> None:
   label = child_runs.train(
       replay_settings(config, rounds), on_round, args.cache_dir,
       prepare=same_data, task=config['task'])
-  print(json.dumps({'dataset': label,
-                    'data_fingerprint': fingerprint.get('value')}), flush=True)
+  print(json.dumps({'dataset': label}), flush=True)
 
 
 def _args() -> argparse.Namespace:
