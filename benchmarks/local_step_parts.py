@@ -1,11 +1,11 @@
 """Where a FATHOM local step's time goes, against TFF's FedAvg client update.
 
-  python benchmarks/local_step_parts.py [--clients=30] [--repeats=3]
+  python benchmarks/local_step_parts.py [--clients=30] [--repeats=3] [--batch_size=20]
 
 Times, in this process (TensorFlow only, no TFF worker), the client update
 of each variant on the same real clients (offline FEMNIST subset, the
-authors' pipeline: inverted pixels, FedJAX's kernels, B 20, E 1, K_i =
-ceil(n_i / B), so every variant takes the same steps):
+authors' pipeline: inverted pixels, FedJAX's kernels, B `--batch_size`, E 1,
+K_i = ceil(n_i / B), so every variant takes the same steps):
 
 - `tff_fedavg`: TFF's own `model_delta_client_work` update (what
   `build_weighted_fed_avg` runs) on the task's batched data;
@@ -35,12 +35,11 @@ sys.path.insert(0, ROOT)
 from benchmarks import outputs  # pylint: disable=g-import-not-at-top
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
-BATCH = 20
 VARIANTS = ('tff_fedavg', 'ours_batched_phi', 'ours_no_phi', 'ours_phi',
             'data_batched', 'data_per_example')
 
 
-def build(cache_dir: str, clients: int):
+def build(cache_dir: str, clients: int, batch: int):
   """Per-variant callables `client_id -> local steps` and the client ids."""
   import numpy as np  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
@@ -50,7 +49,7 @@ def build(cache_dir: str, clients: int):
   from tff_hpo import wiring  # pylint: disable=g-import-not-at-top
   from tff_hpo.paper_math import local_training  # pylint: disable=g-import-not-at-top
 
-  common = dict(batch_size=BATCH, epochs=1, max_examples=None,
+  common = dict(batch_size=batch, epochs=1, max_examples=None,
                 cache_dir=cache_dir,
                 offline_data_dir=os.path.join(ROOT, '..', 'shared', 'datasets'),
                 seed=0, invert_pixels=True, model_init='fedjax')
@@ -71,7 +70,7 @@ def build(cache_dir: str, clients: int):
   ours_model = model_fn()
 
   def steps_of(n):
-    return int(np.ceil(n / BATCH))
+    return int(np.ceil(n / batch))
 
   sizes = {c: int(local_training.count_examples(
       per_example.create_tf_dataset_for_client(c))) for c in ids}
@@ -87,7 +86,7 @@ def build(cache_dir: str, clients: int):
     def update(dataset):
       return local_training.train_locally(
           ours_model, initial, dataset, tf.constant(0.1),
-          tf.constant(1.0), tf.constant(float(BATCH)), shuffle=True,
+          tf.constant(1.0), tf.constant(float(batch)), shuffle=True,
           step_rounding='ceil', track_phi=track_phi).local_steps
 
     return lambda c: int(update(data(c)))
@@ -103,7 +102,7 @@ def build(cache_dir: str, clients: int):
   def drain_per_example(dataset):
     dataset = dataset.cache()
     n = local_training.count_examples(dataset)
-    data = dataset.shuffle(tf.maximum(n, 1)).batch(BATCH)
+    data = dataset.shuffle(tf.maximum(n, 1)).batch(batch)
     return data.reduce(tf.constant(0, tf.int64), lambda k, _: k + 1)
 
   variants = {
@@ -123,6 +122,7 @@ def main() -> int:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument('--clients', type=int, default=30)
   parser.add_argument('--repeats', type=int, default=3)
+  parser.add_argument('--batch_size', type=int, default=20)
   parser.add_argument('--variants', default=','.join(VARIANTS))
   parser.add_argument('--cache_dir', default=os.path.join(ROOT, '.cache/tff'))
   parser.add_argument('--out_dir', default=outputs.RESULTS)
@@ -133,7 +133,7 @@ def main() -> int:
   if unknown:
     parser.error(f'--variants: expected names among {VARIANTS}, got {unknown}')
 
-  variants, ids, label = build(args.cache_dir, args.clients)
+  variants, ids, label = build(args.cache_dir, args.clients, args.batch_size)
   for name in names:  # Tracing and first reads outside the timing.
     variants[name](ids[0])
   rows = []
@@ -154,7 +154,7 @@ def main() -> int:
                      if r['variant'] == name]
   summary = {
       'benchmark': 'local step parts, EMNIST CR CNN, same clients and steps',
-      'dataset': label, 'clients': len(ids), 'batch_size': BATCH,
+      'dataset': label, 'clients': len(ids), 'batch_size': args.batch_size,
       'repeats': args.repeats, 'machine': outputs.machine(),
       'onednn_env': os.environ.get('TF_ENABLE_ONEDNN_OPTS', 'unset'),
       'ms_per_local_step': {n: by(n) for n in names},

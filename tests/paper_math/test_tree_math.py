@@ -89,5 +89,37 @@ def test_embedding_gradients_are_sparse_and_their_dot_is_exact():
       float(np.sum(dense * other.numpy())), rel=1e-5)
 
 
+
+def test_accumulate_tracks_the_sum_its_norms_and_products():
+  """Step after step, over a dense and a sparse leaf, `accumulate` gives the
+  running sum, each leaf's squared norm, <sum so far, update> and
+  ||update||^2 as NumPy does on the dense arrays (a dense inner product
+  taken from norms, so to rounding)."""
+  rng = np.random.default_rng(1)
+  total = (tf.zeros([3, 4]), tf.zeros([5, 2]))
+  squares = tf.zeros([2])
+  want = [np.zeros((3, 4)), np.zeros((5, 2))]
+  for step in range(5):
+    dense = rng.normal(size=(3, 4))
+    if step == 2:
+      dense = -2.0 * want[0]  # An update opposed to the sum so far.
+    rows, ids = rng.normal(size=(3, 2)), [1, 4, 1]
+    update = (tf.constant(dense, tf.float32), _slices(rows, ids))
+    update_dense = [dense, _dense(rows, ids)]
+    total, squares, dot, update_sq = tree_math.accumulate(
+        total, squares, update)
+    want_dot = sum(np.sum(w * u) for w, u in zip(want, update_dense))
+    want = [w + u for w, u in zip(want, update_dense)]
+    for got, w in zip(total, want):
+      np.testing.assert_allclose(got.numpy(), w, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(squares.numpy(),
+                               [np.sum(w**2) for w in want], rtol=1e-5)
+    scale = sum(np.sum(w**2) for w in want)
+    assert float(dot) == pytest.approx(want_dot, rel=1e-5,
+                                       abs=1e-6 * scale)
+    assert float(update_sq) == pytest.approx(
+        sum(np.sum(u**2) for u in update_dense), rel=1e-5)
+
+
 if __name__ == '__main__':  # Lets Bazel's py_test run the file.
   sys.exit(pytest.main([__file__, '-q']))

@@ -38,9 +38,9 @@ def local_cosine_step(sum_sq_prev: tf.Tensor, dot_prev: tf.Tensor,
   """cos(S_k, g_k), the term of eq. (12) whose minimum over local steps is
   phi_i, with S_k = S_k-1 + g_k the gradients summed so far, from scalars:
   ||S_k||^2 = ||S_k-1||^2 + 2 <S_k-1, g_k> + ||g_k||^2 and <S_k, g_k> =
-  <S_k-1, g_k> + ||g_k||^2. A step then needs two model-sized products
-  (<S_k-1, g_k>, ||g_k||^2) instead of three, and never ||S_k|| over a dense
-  sum that a sparse gradient touched a few rows of. Returns (cos,
+  <S_k-1, g_k> + ||g_k||^2 (`tree_math.accumulate` gives <S_k-1, g_k> and
+  ||g_k||^2 without a model-sized product, and never takes ||S_k|| over a
+  dense sum that a sparse gradient touched a few rows of). Returns (cos,
   ||S_k||^2); the cosine is 0 when either vector is zero, as
   `tree_math.cosine`."""
   sum_sq = tf.maximum(sum_sq_prev + 2.0 * dot_prev + grad_sq, 0.0)

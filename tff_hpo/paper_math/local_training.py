@@ -83,9 +83,9 @@ def train_locally(model: tff.learning.models.VariableModel,
   drift corrections of SCAFFOLD (c - c_i) and AdaBest (-h_i). With
   `clip_norm`, the raw gradient is first clipped to that global L2 norm.
   `step_rounding` rounds nu_i E / B down (the paper) or up (the authors' code).
-  phi_i costs a model-sized sum and two products per step
-  (`hypergradients.local_cosine_step`): only with `track_phi` (FATHOM);
-  otherwise it is returned as 1.
+  phi_i costs a model-sized sum and two squared norms per step
+  (`tree_math.accumulate`, `hypergradients.local_cosine_step`): only with
+  `track_phi` (FATHOM); otherwise it is returned as 1.
   `full_batches` cuts the K_i batches from one stream of passes, each
   reshuffled, so every batch holds B examples (FedJAX's
   `shuffle_repeat_batch`); otherwise each pass ends with a partial batch.
@@ -121,7 +121,7 @@ def _train(model, initial_weights, dataset, learning_rate, epochs, batch,
     data = data.batch(batch_size).repeat().take(steps)
 
   def step(carry, batch_data):
-    (grad_sum, sum_sq, phi, processed, lr, lr_sum, previous_grads,
+    (grad_sum, leaf_squares, phi, processed, lr, lr_sum, previous_grads,
      k) = carry
     with tf.GradientTape() as tape:
       output = model.forward_pass(batch_data, training=True)
@@ -133,9 +133,11 @@ def _train(model, initial_weights, dataset, learning_rate, epochs, batch,
                     for g, c in zip(grads, gradient_correction))
     if track_phi:
       # Embedding gradients stay IndexedSlices: only their rows are touched.
-      cosine, sum_sq = hypergradients.local_cosine_step(
-          sum_sq, tree_math.dot(grad_sum, grads), tree_math.dot(grads, grads))
-      grad_sum = tuple(tree_math.add_to(s, g) for s, g in zip(grad_sum, grads))
+      sum_sq_prev = tf.reduce_sum(leaf_squares)
+      grad_sum, leaf_squares, dot_prev, grad_sq = tree_math.accumulate(
+          grad_sum, leaf_squares, grads)
+      cosine, _ = hypergradients.local_cosine_step(sum_sq_prev, dot_prev,
+                                                   grad_sq)
       phi = tf.minimum(phi, cosine)
     if schedule is not None:
       lr = tf.where(k > 0, hypergradients.fedhyper_cl_step(
@@ -152,13 +154,14 @@ def _train(model, initial_weights, dataset, learning_rate, epochs, batch,
     if schedule is not None:
       # The loop carry needs fixed shapes; CL keeps the last gradient dense.
       previous_grads = tuple(tree_math.to_dense(g) for g in grads)
-    return (grad_sum, sum_sq, phi,
+    return (grad_sum, leaf_squares, phi,
             processed + tf.cast(output.num_examples, tf.int64),
             lr, lr_sum + lr, previous_grads, k + 1)
 
   zeros = tuple(tf.zeros_like(v) for v in trainable)
   learning_rate = tf.cast(learning_rate, tf.float32)
-  initial = (zeros if track_phi else (), tf.constant(0.0, tf.float32),
+  initial = (zeros if track_phi else (),
+             tf.zeros([len(trainable) if track_phi else 0], tf.float32),
              tf.constant(1.0, tf.float32),
              tf.constant(0, tf.int64),
              learning_rate, tf.constant(0.0, tf.float32),
