@@ -2,6 +2,7 @@
 
   python benchmarks/malloc_settings.py [--groups=emnist_cr:fedavg:20,...]
       [--modes=limits,glibc,arena2,mmap32m] [--pairs=1] [--rounds=8]
+      [--name=malloc_settings]
 
 `tff_hpo.execution.malloc_limits` was chosen on EMNIST soaks (memory kept flat for 2 %
 of a step's time). A Stack Overflow FATHOM run of Table 1 was then seen (once,
@@ -20,8 +21,8 @@ each, the modes of a pair back to back:
 
 Per round: wall time, local steps, the user and system CPU time of the
 worker and of the runner, and the worker's resident memory. Writes
-benchmarks/results/malloc_settings.json (per run and per group the ratios
-to `limits`) and .csv (every round). Short runs:
+benchmarks/results/<--name>.json (per run and per group the ratios to
+`limits`) and .csv (every round). Short runs:
 memory growth over many rounds is `soak.py`'s question.
 """
 
@@ -116,6 +117,7 @@ def main() -> int:
   parser.add_argument('--pairs', type=int, default=1)
   parser.add_argument('--rounds', type=int, default=8)
   parser.add_argument('--warmup', type=int, default=2)
+  parser.add_argument('--name', default='malloc_settings')
   child_runs.add_flags(parser)
   args = parser.parse_args()
   if args.child:
@@ -153,7 +155,7 @@ def main() -> int:
                          run['local_steps'] == base['local_steps'],
                      **{f'{k}_over_limits': round(run[k] / base[k], 3)
                         for k in keys if base[k]}})
-  outputs.write(args.out_dir, 'malloc_settings', {
+  outputs.write(args.out_dir, args.name, {
       'benchmark': 'ms per local step and worker memory under allocator '
                    'settings (modes: see the script), 10 clients per round, '
                    'clients cut to 128 examples',
