@@ -89,7 +89,6 @@ def test_embedding_gradients_are_sparse_and_their_dot_is_exact():
       float(np.sum(dense * other.numpy())), rel=1e-5)
 
 
-
 def test_accumulate_tracks_the_sum_its_norms_and_products():
   """Step after step, over a dense and a sparse leaf, `accumulate` gives the
   running sum, each leaf's squared norm, <sum so far, update> and
