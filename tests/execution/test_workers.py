@@ -112,13 +112,14 @@ def test_two_workers_match_one_and_resume_after_losing_one(tmp_path,
   # (grappler's fetch-node lines came dozens a round).
   assert 'Failed to detect the fetch node' not in err, err[:2000]
   # Two workers sum the clients' updates in another order (1e-8), which
-  # FATHOM's hyperparameter steps amplify: 5e-6 by round 3 with the local
-  # loop's in-place SGD step. A split that dropped the broadcast eta_L, E
-  # or B would leave a worker on stale values that move by about 1 % a
-  # round, far more than this tolerance.
+  # FATHOM's hyperparameter steps amplify by round 3: 5e-6 on an AVX-512
+  # EPYC with the in-place SGD step, 3.5e-5 on an AVX2 EPYC with phi_i taken
+  # from norms (bc5f2c7). A split that dropped the broadcast eta_L, E or B
+  # would leave a worker on stale values that move by about 1 % a round
+  # (about 1e-3 in these weights), far more than this tolerance.
   for a, b in zip(_final_weights(tmp_path, 'one'),
                   _final_weights(tmp_path, 'two')):
-    np.testing.assert_allclose(a, b, rtol=0, atol=2e-5)
+    np.testing.assert_allclose(a, b, rtol=0, atol=1e-4)
 
 
 if __name__ == '__main__':  # Lets Bazel's py_test run the file.
