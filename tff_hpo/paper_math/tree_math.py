@@ -26,9 +26,15 @@ def _rows_summed(slices: tf.IndexedSlices):
 def _leaf_squared_norm(x: Any) -> tf.Tensor:
   if isinstance(x, tf.IndexedSlices):  # Repeated rows summed, then squared.
     return tf.reduce_sum(tf.square(_rows_summed(x)[1]))
-  # One kernel: no model-sized x * x written and read back, as x * x then a
-  # sum would be (on a CPU that memory traffic is the product's cost).
-  return 2.0 * tf.nn.l2_loss(tf.cast(x, tf.float32))
+  # One pass and no model-sized x * x written and read back, as x * x then a
+  # sum would be (on a CPU that memory traffic is the product's cost). Rows
+  # first: a row is summed by one thread in a fixed order, so the result is
+  # the same on every run. tf.nn.l2_loss's full reduction was not, in the TFF
+  # worker (one ulp, about 1 in 7 repeats of a round), and `accumulate`'s
+  # norm identity magnifies such an ulp into phi_i.
+  x = tf.cast(x, tf.float32)
+  rows = tf.reshape(x, [1, 1] if x.shape.rank == 0 else [-1, tf.shape(x)[-1]])
+  return tf.reduce_sum(tf.square(tf.math.reduce_euclidean_norm(rows, axis=1)))
 
 
 def _leaf_dot(x: Any, y: Any) -> tf.Tensor:
@@ -76,8 +82,8 @@ def accumulate(total: tuple, leaf_squares: tf.Tensor, update: tuple
   for a zero total). Returns (total + update, its leaves' squared norms,
   <total, update>, ||update||^2). A dense leaf's inner product comes from
   the norms, (||total + update||^2 - ||total||^2 - ||update||^2) / 2: the
-  sum and two one-kernel reductions, with no model-sized product written and
-  read back. It loses about 1e-7 ||total + update||^2 to rounding. A sparse
+  sum and two one-pass reductions, with no model-sized product written
+  and read back. It loses about 1e-7 ||total + update||^2 to rounding. A sparse
   leaf (IndexedSlices) touches only its rows: its inner product gathers
   them and its new squared norm follows from the old one.
   """
