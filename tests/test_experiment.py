@@ -16,6 +16,7 @@ import pytest
 import tasks
 from tff_hpo import config as config_lib
 from tff_hpo.execution import cpu_kernels
+from tff_hpo.execution import runtime
 from tff_hpo.algorithms import registry
 from tff_hpo import experiment
 from tff_hpo.runs import run_dir
@@ -171,6 +172,29 @@ def test_fedexp_evaluates_the_average_of_the_last_two_iterates(tmp_path,
   assert got['eval_last_iterate/loss'] == pytest.approx(
       last['eval_last_iterate/loss'], rel=1e-6)
   assert got['eval/loss'] != pytest.approx(got['eval_last_iterate/loss'])
+
+
+def test_building_installs_the_owning_runtime_when_none_is(
+    tmp_path, cache_dir, monkeypatch):
+  # Without it TFF's default context runs the rounds, and that worker
+  # outlived every script that forgot `tff_hpo.install_runtime()`.
+  calls = []
+
+  class Loading(Exception):
+    pass
+
+  def load(*_, **__):
+    raise Loading
+
+  monkeypatch.setattr(runtime, 'installed_cpu_kernels', lambda: None)
+  monkeypatch.setattr(runtime, 'install',
+                      lambda **kwargs: calls.append(kwargs))
+  monkeypatch.setattr(tasks, 'load', load)
+  cfg = _config(tmp_path, cache_dir, cpu_kernels='eigen', workers=2)
+  with pytest.raises(Loading):
+    experiment.Experiment(cfg, out=io.StringIO())
+  assert calls == [dict(worker_binary=None, workers=2, worker_addresses=(),
+                        cpu_kernels='eigen')]
 
 
 # SCAFFOLD's clients keep their states through the same `StatefulClients`

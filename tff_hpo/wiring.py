@@ -20,6 +20,7 @@ from tff_hpo.runs import run_dir
 from tff_hpo.algorithms import registry
 from tff_hpo.algorithms import spec as spec_lib
 from tff_hpo.algorithms import composer
+from tff_hpo.execution import runtime
 
 
 @dataclasses.dataclass
@@ -74,6 +75,14 @@ def build(config: config_lib.ExperimentConfig) -> Wiring:
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
   import tasks  # pylint: disable=g-import-not-at-top
 
+  if runtime.installed_cpu_kernels() is None:
+    # Else TFF's default context would run these computations, and its
+    # worker outlives Python: a script or notebook that built a wiring or
+    # an Experiment without `tff_hpo.install_runtime()` left one behind.
+    runtime.install(worker_binary=config.worker_binary or None,
+                    workers=config.workers,
+                    worker_addresses=config_lib.worker_addresses(config),
+                    cpu_kernels=config.cpu_kernels)
   spec = registry.SPECS[config.algorithm]
   tf.random.set_seed(config.seed)
   task = tasks.load(
