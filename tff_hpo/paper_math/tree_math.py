@@ -82,10 +82,10 @@ def accumulate(total: tuple, leaf_squares: tf.Tensor, update: tuple
   for a zero total). Returns (total + update, its leaves' squared norms,
   <total, update>, ||update||^2). A dense leaf's inner product comes from
   the norms, (||total + update||^2 - ||total||^2 - ||update||^2) / 2: the
-  sum and two one-pass reductions, with no model-sized product written
-  and read back. It loses about 1e-7 ||total + update||^2 to rounding. A sparse
-  leaf (IndexedSlices) touches only its rows: its inner product gathers
-  them and its new squared norm follows from the old one.
+  sum and two one-pass reductions, with no model-sized product written and
+  read back. It loses about 1e-7 ||total + update||^2 to rounding. A
+  sparse leaf (IndexedSlices) touches only its rows: its inner product
+  gathers them and its new squared norm follows from the old one.
   """
   totals, squares, dots, update_squares = [], [], [], []
   for i, (t, u) in enumerate(zip(total, update)):
