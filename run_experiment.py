@@ -267,10 +267,7 @@ def main(argv: list[str]) -> int:
     cfg = tasks.resolve_config(config_from_flags())
     with run_lock.hold(cfg.run_dir):  # Before building: a busy dir ends here.
       tasks.check_clients_per_round(cfg)  # Before the worker and the data.
-      runtime.install(worker_binary=cfg.worker_binary or None,
-                      workers=cfg.workers,
-                      worker_addresses=config_lib.worker_addresses(cfg),
-                      cpu_kernels=cfg.cpu_kernels)
+      config_lib.install_runtime(cfg)
       print(runtime.describe(), flush=True)
       from tff_hpo import experiment  # pylint: disable=g-import-not-at-top
       experiment.Experiment(cfg).run()

@@ -269,6 +269,14 @@ def worker_addresses(config: ExperimentConfig) -> tuple[str, ...]:
                if a.strip())
 
 
+def install_runtime(config: ExperimentConfig) -> None:
+  """`runtime.install` with the config's worker settings."""
+  runtime.install(worker_binary=config.worker_binary or None,
+                  workers=config.workers,
+                  worker_addresses=worker_addresses(config),
+                  cpu_kernels=config.cpu_kernels)
+
+
 def _is_address(address: str) -> bool:
   host, _, port = address.rpartition(':')
   return bool(host) and port.isdigit() and 0 < int(port) < 65536

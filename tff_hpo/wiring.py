@@ -79,10 +79,7 @@ def build(config: config_lib.ExperimentConfig) -> Wiring:
     # Else TFF's default context would run these computations, and its
     # worker outlives Python: a script or notebook that built a wiring or
     # an Experiment without `tff_hpo.install_runtime()` left one behind.
-    runtime.install(worker_binary=config.worker_binary or None,
-                    workers=config.workers,
-                    worker_addresses=config_lib.worker_addresses(config),
-                    cpu_kernels=config.cpu_kernels)
+    config_lib.install_runtime(config)
   spec = registry.SPECS[config.algorithm]
   tf.random.set_seed(config.seed)
   task = tasks.load(
