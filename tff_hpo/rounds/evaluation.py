@@ -1,4 +1,17 @@
-"""Federated evaluation of a global model on a fixed set of test clients."""
+"""Federated evaluation of a global model on a fixed set of test clients.
+
+TFF's `build_fed_eval` sums each client's unfinalized metrics (Keras'
+totals and counts) and finalizes the sums, so evaluating the test clients
+one after another in a single client gives the same metrics as one client
+each: only the order of the floating-point sums differs (accuracies are
+ratios of integer counts, exact in float32 below 2**24 examples). It is far
+cheaper: the worker instantiates the evaluation's functions again for every
+client. Measured on an AVX-512 machine, one core, Eigen's kernels: 60
+Stack Overflow test clients took 39 s one per client and 15 s pooled (all
+1,525 pooled: 128 s); 60 EMNIST ones 8.0 s and 2.1 s.
+`tests/rounds/test_evaluation.py` checks the equality against TFF's
+evaluation with one client per test client.
+"""
 
 from __future__ import annotations
 
@@ -11,8 +24,23 @@ from tff_hpo.algorithms import model_init
 from tff_hpo.rounds import round_metrics
 
 
+def pooled_dataset_computation(client_data: Any) -> Any:
+  """A TFF computation from a vector of client ids to one dataset: each
+  client's dataset of `client_data` (a `ClientData`, preprocessing
+  included, so each keeps its own batches), one client after another."""
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+
+  @tff.tensorflow.computation(tff.TensorType(np.str_, [None]))
+  def clients_in_turn(client_ids):
+    return tf.data.Dataset.from_tensor_slices(client_ids).flat_map(
+        client_data.serializable_dataset_fn)
+
+  return clients_in_turn
+
+
 class Evaluator:
-  """TFF's `build_fed_eval` composed with the test clients' datasets.
+  """TFF's `build_fed_eval` on the test clients' datasets, pooled into one
+  client (see the module's docstring).
 
   `eval_clients` > 0 draws that many test clients once (seeded); 0 uses all.
   """
@@ -24,7 +52,7 @@ class Evaluator:
     self._process = tff.learning.algorithms.build_fed_eval(
         model_init.skip_random_init(model_fn))
     self._next = tff.simulation.compose_dataset_computation_with_learning_process(
-        test_data.dataset_computation, self._process).next
+        pooled_dataset_computation(test_data), self._process).next
     self._state = self._process.initialize()
     self._accuracy_metric = accuracy_metric
     ids = list(test_data.client_ids)
@@ -47,7 +75,7 @@ class Evaluator:
 
   def evaluate_weights(self, weights: Any, prefix: str) -> dict[str, float]:
     state = self._process.set_model_weights(self._state, weights)
-    output = self._next(state, self.client_ids)
+    output = self._next(state, [np.array(self.client_ids, dtype=np.str_)])
     metrics = round_metrics.flatten(
         output.metrics['client_work']['eval']['current_round_metrics'])
     released = {f'{prefix}/accuracy': metrics[self._accuracy_metric],
