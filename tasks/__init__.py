@@ -20,6 +20,7 @@ tf_startup.install()  # Before the task modules import TensorFlow.
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from tasks import client_examples
+from tff_hpo.execution import client_loops
 from tasks import dropout_masks
 from tasks import initializers
 from tasks import emnist
@@ -68,6 +69,17 @@ def seeded_model_fn(model_fn: Callable[[], object],
       random.setstate(state)
 
   return fn
+
+
+def _without_autotune(preprocess_fn: Callable[..., object]
+                      ) -> Callable[..., object]:
+  """`preprocess_fn` whose datasets have tf.data's autotuning off, as the
+  worker's iterator loops need (`tff_hpo/execution/client_loops.py`)."""
+
+  def preprocess(dataset, **kwargs):
+    return client_loops.without_autotune(preprocess_fn(dataset, **kwargs))
+
+  return preprocess
 
 
 def defaults(name: str, algorithm: str = 'fedavg') -> dict[str, object]:
@@ -189,9 +201,10 @@ def load(name: str, *, batch_size: int, epochs: int,
     train_fn = lambda ds, fn=data.train_preprocess_fn: regroup(fn(ds).unbatch())
   baseline = client_examples.with_preprocessing(
       baseline,
-      client_examples.first_examples_then(train_fn, max_examples, graph_seed),
-      client_examples.first_examples_then(data.eval_preprocess_fn, None,
-                                          graph_seed))
+      _without_autotune(client_examples.first_examples_then(
+          train_fn, max_examples, graph_seed)),
+      _without_autotune(client_examples.first_examples_then(
+          data.eval_preprocess_fn, None, graph_seed)))
   if invert_pixels:
     label += '; pixels inverted (1 - x, background 0) as in FedJAX'
   model_fn = seeded_model_fn(baseline.model_fn, seed)

@@ -79,6 +79,35 @@ def test_inverted_pixels_reach_both_splits(cache_dir):
     assert np.median(x) == 1.0 and np.median(xi) == 0.0  # Background.
 
 
+def test_client_datasets_have_autotuning_off(cache_dir):
+  # The worker's iterator loops stall with tf.data's autotuning on
+  # (tff_hpo/execution/client_loops.py); TFF's own datasets leave it on.
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  task = tasks.load('emnist_cr', batch_size=20, epochs=1, max_examples=None,
+                    cache_dir=cache_dir, offline_data_dir=SHARED_DATA, seed=0)
+  data = task.baseline.datasets
+  raw = data.train_data.create_tf_dataset_for_client(
+      data.train_data.client_ids[0])
+  assert raw.options().autotune.enabled is None  # None: on.
+  made = (data.train_preprocess_fn(raw),
+          data.train_preprocess_fn(raw, order_seed=tf.constant(1, tf.int64)),
+          data.eval_preprocess_fn(raw))
+  assert [d.options().autotune.enabled for d in made] == [False] * 3
+
+
+def test_clients_loop_in_the_graph_unless_dropout_is_stateful(cache_dir):
+  # Keras' dropout keeps its random state in the kernel between a worker's
+  # calls, which an iterator loop would carry from client to client.
+  from tff_hpo.execution import client_loops  # pylint: disable=g-import-not-at-top
+  common = dict(batch_size=20, epochs=1, max_examples=None,
+                cache_dir=cache_dir, offline_data_dir=SHARED_DATA, seed=0)
+  keras_dropout = tasks.load('emnist_cr', **common).model_fn
+  stateless = tasks.load('emnist_cr', fresh_dropout_masks=True,
+                         **common).model_fn
+  assert client_loops.loop_for_model_fn(keras_dropout) == client_loops.REDUCE
+  assert client_loops.loop_for_model_fn(stateless) == client_loops.ITERATOR
+
+
 def _traced(preprocess_fn) -> list[int]:
   """What `preprocess_fn` gives for range(20) in a new graph, as TFF traces
   a dataset computation."""

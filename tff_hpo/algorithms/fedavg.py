@@ -14,6 +14,7 @@ import tensorflow_federated as tff
 
 from tff_hpo import config as config_lib
 from tff_hpo.algorithms import model_init
+from tff_hpo.execution import client_loops
 from tff_hpo.paper_math import optimizers
 from tff_hpo.algorithms import spec
 
@@ -30,6 +31,7 @@ def build_fedavg(
       client_optimizer_fn=optimizers.client_optimizer(client_learning_rate,
                                                       clip_norm),
       server_optimizer_fn=server_optimizer,
+      loop_implementation=client_loops.loop_for_model_fn(model_fn),
   )
   return model_init.with_initial_weights(process, model_fn)
 

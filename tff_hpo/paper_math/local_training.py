@@ -16,6 +16,7 @@ from typing import Any, NamedTuple, Optional
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_hpo.execution import client_loops
 from tff_hpo.paper_math import hypergradients
 from tff_hpo.paper_math import tree_math
 
@@ -106,6 +107,7 @@ def _train(model, initial_weights, dataset, learning_rate, epochs, batch,
     v.assign(t)
   trainable = tuple(weights.trainable)
 
+  dataset = client_loops.without_autotune(dataset)
   dataset = dataset.cache()  # Counting must not read and parse twice.
   num_examples = count_examples(dataset)
   batch_size = hypergradients.effective_batch_size(batch)
@@ -166,7 +168,13 @@ def _train(model, initial_weights, dataset, learning_rate, epochs, batch,
              tf.constant(0, tf.int64),
              learning_rate, tf.constant(0.0, tf.float32),
              zeros if schedule is not None else (), tf.constant(0, tf.int64))
-  _, _, phi, processed, _, lr_sum, _, taken = data.reduce(initial, step)
+  if client_loops.loop_for(model) == client_loops.ITERATOR:
+    carry = initial  # A loop in the graph: see `client_loops`.
+    for batch_data in iter(data):
+      carry = step(carry, batch_data)
+  else:
+    carry = data.reduce(initial, step)
+  _, _, phi, processed, _, lr_sum, _, taken = carry
 
   delta = tuple(v - w0 for v, w0 in zip(trainable, initial_weights.trainable))
   finite = tree_math.all_finite(delta)

@@ -21,6 +21,7 @@ import numpy as np
 import tensorflow as tf
 
 from tff_hpo.algorithms import model_init
+from tff_hpo.execution import client_loops
 from tff_hpo.rounds import round_metrics
 
 
@@ -32,8 +33,9 @@ def pooled_dataset_computation(client_data: Any) -> Any:
 
   @tff.tensorflow.computation(tff.TensorType(np.str_, [None]))
   def clients_in_turn(client_ids):
-    return tf.data.Dataset.from_tensor_slices(client_ids).flat_map(
-        client_data.serializable_dataset_fn)
+    return client_loops.without_autotune(
+        tf.data.Dataset.from_tensor_slices(client_ids).flat_map(
+            client_data.serializable_dataset_fn))
 
   return clients_in_turn
 
@@ -50,7 +52,9 @@ class Evaluator:
     import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
     # Every evaluation sets the weights first: the clients skip random init.
     self._process = tff.learning.algorithms.build_fed_eval(
-        model_init.skip_random_init(model_fn))
+        model_init.skip_random_init(model_fn),
+        # Evaluation's forward pass draws no random numbers.
+        loop_implementation=client_loops.ITERATOR)
     self._next = tff.simulation.compose_dataset_computation_with_learning_process(
         pooled_dataset_computation(test_data), self._process).next
     self._state = self._process.initialize()
