@@ -171,7 +171,10 @@ def _train(model, initial_weights, dataset, learning_rate, epochs, batch,
   if client_loops.loop_for(model) == client_loops.ITERATOR:
     carry = initial  # A loop in the graph: see `client_loops`.
     for batch_data in iter(data):
-      carry = step(carry, batch_data)
+      # A while loop's carry keeps its shapes (reduce relaxes them): a dense
+      # copy of an embedding's sparse gradient has lost its row count.
+      carry = tf.nest.map_structure(lambda c, i: tf.ensure_shape(c, i.shape),
+                                    step(carry, batch_data), initial)
   else:
     carry = data.reduce(initial, step)
   _, _, phi, processed, _, lr_sum, _, taken = carry
