@@ -1,6 +1,8 @@
-"""Task defaults, the EMNIST pixel option and the train examples' cap and
-order; every task training under every algorithm is in
-test_every_algorithm.py (with the clients' examples through TFF)."""
+"""Task defaults, the EMNIST pixel option, the train examples' cap and
+order, and what the worker's loops need of the tasks (autotuning off; the
+loop that suits the model's dropout); every task training under every
+algorithm is in test_every_algorithm.py (with the clients' examples through
+TFF)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import pytest
 
 import tasks
 from tests.conftest import SHARED_DATA
+from tff_hpo.execution import client_loops
 
 
 def test_defaults_are_reddi_et_al():
@@ -98,7 +101,6 @@ def test_client_datasets_have_autotuning_off(cache_dir):
 def test_clients_loop_in_the_graph_unless_dropout_is_stateful(cache_dir):
   # Keras' dropout keeps its random state in the kernel between a worker's
   # calls, which an iterator loop would carry from client to client.
-  from tff_hpo.execution import client_loops  # pylint: disable=g-import-not-at-top
   common = dict(batch_size=20, epochs=1, max_examples=None,
                 cache_dir=cache_dir, offline_data_dir=SHARED_DATA, seed=0)
   keras_dropout = tasks.load('emnist_cr', **common).model_fn

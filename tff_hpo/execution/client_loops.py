@@ -54,7 +54,8 @@ def draws_stateful_randomness(model: Any) -> bool:
   """Whether `model`'s training forward pass holds stateful random ops
   (Keras' dropout, unless `tasks/dropout_masks.py` replaced it)."""
   forward = tf.function(lambda batch: model.forward_pass(batch, training=True))
-  graph_def = forward.get_concrete_function(model.input_spec).graph.as_graph_def()
+  graph = forward.get_concrete_function(model.input_spec).graph
+  graph_def = graph.as_graph_def()
   nodes = [*graph_def.node,
            *(n for f in graph_def.library.function for n in f.node_def)]
   return any(n.op in _STATEFUL_RANDOM_OPS for n in nodes)
