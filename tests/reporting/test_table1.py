@@ -197,6 +197,25 @@ def test_stack_overflow_target_is_a_fraction_of_fedavg_best(tmp_path):
       'authors_stackoverflow_baseline': [pytest.approx(0.9 * 0.25)]}
 
 
+def test_stack_overflow_accuracy_is_read_from_the_tasks_own_column(tmp_path):
+  # Runs before 2026-11-28 hold TFF's `accuracy` (out-of-vocabulary and
+  # end-of-sentence tokens counted) in `eval/accuracy`.
+  run = _run(tmp_path, 'authors_stackoverflow_baseline_fedavg_s0',
+             [0.03, 0.04], algorithm='fedavg', seed=0,
+             task='stackoverflow_nwp')
+  frame = pd.read_csv(run / 'metrics.csv')
+  frame[table1.TASK_ACCURACY['stackoverflow_nwp']] = [0.05, 0.2]
+  frame.to_csv(run / 'metrics.csv', index=False)
+  [info] = table1.load_runs(str(tmp_path))
+  assert list(info.frame['eval/accuracy']) == [0.05, 0.2]
+  assert table1.row_targets([info]) == {
+      'authors_stackoverflow_baseline': [pytest.approx(0.9 * 0.2)]}
+  # The column is the task's metric as the runner names it.
+  import tasks  # pylint: disable=g-import-not-at-top
+  assert table1.TASK_ACCURACY['stackoverflow_nwp'] == (
+      f'eval/{tasks.stackoverflow.ACCURACY_METRIC}')
+
+
 def test_every_algorithm_of_a_row_with_costs_and_ratios_to_fedavg(tmp_path):
   _run(tmp_path, 'authors_emnist_baseline_fathom_s0', [0.5, 0.9],
        algorithm='fathom', seed=0)

@@ -52,3 +52,23 @@ def test_pooled_evaluation_equals_one_client_per_test_client(cache_dir,
   assert pooled['eval/accuracy'] == pytest.approx(
       np.mean(labels == mode), rel=1e-6)
   assert pooled['eval/loss'] == pytest.approx(per_client['loss'], rel=1e-6)
+
+
+def test_eval_accuracy_is_the_tasks_metric_not_tffs_accuracy():
+  from tff_hpo.rounds import evaluation  # pylint: disable=g-import-not-at-top
+
+  # Stack Overflow's metrics: TFF's `accuracy` counts out-of-vocabulary and
+  # end-of-sentence tokens; the task's metric leaves them out.
+  metrics = {'accuracy': 0.0386,
+             'accuracy_without_out_of_vocab_or_end_of_sentence': 0.0408,
+             'loss': 9.2, 'num_examples': 7.0}
+  released = evaluation.released_metrics(
+      metrics, tasks.stackoverflow.ACCURACY_METRIC, 'eval')
+  assert released == {
+      'eval/accuracy': 0.0408, 'eval/tff_accuracy': 0.0386,
+      'eval/accuracy_without_out_of_vocab_or_end_of_sentence': 0.0408,
+      'eval/loss': 9.2, 'eval/num_examples': 7.0}
+  # Where the task's metric is TFF's `accuracy` (Shakespeare), one column.
+  assert evaluation.released_metrics(
+      {'accuracy': 0.5, 'loss': 1.0}, 'accuracy', 'e') == {
+          'e/accuracy': 0.5, 'e/loss': 1.0}

@@ -84,7 +84,18 @@ class Evaluator:
     output = self._next(state, [np.array(self.client_ids, dtype=np.str_)])
     metrics = round_metrics.flatten(
         output.metrics['client_work']['eval']['current_round_metrics'])
-    released = {f'{prefix}/accuracy': metrics[self._accuracy_metric],
-                f'{prefix}/loss': metrics['loss']}
-    released.update({f'{prefix}/{k}': v for k, v in metrics.items()})
-    return released
+    return released_metrics(metrics, self._accuracy_metric, prefix)
+
+
+def released_metrics(metrics: dict[str, float], accuracy_metric: str,
+                     prefix: str) -> dict[str, float]:
+  """TFF's evaluation metrics under `prefix/`, with `prefix/accuracy` the
+  task's `accuracy_metric` and `prefix/loss`. A TFF metric named `accuracy`
+  that is not the task's (Stack Overflow's counts out-of-vocabulary and
+  end-of-sentence tokens) is kept as `prefix/tff_accuracy`."""
+  renamed = {} if accuracy_metric == 'accuracy' else {
+      'accuracy': 'tff_accuracy'}
+  released = {f'{prefix}/{renamed.get(k, k)}': v for k, v in metrics.items()}
+  released.update({f'{prefix}/accuracy': metrics[accuracy_metric],
+                   f'{prefix}/loss': metrics['loss']})
+  return released
