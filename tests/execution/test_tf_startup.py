@@ -17,11 +17,14 @@ SPURIOUS_LINE = (b'2026-11-27 01:18:25.481859: E tensorflow/compiler/xla/'
                  b'cuDNN factory: Attempting to register factory for plugin '
                  b'cuDNN when one has already been registered\n')
 REAL_ERROR = b'E tensorflow/core/framework/op_kernel.cc:1] a real error\n'
+GRPC_LINE = (b'E0000 00:00:1795887759.208014   30137 completion_queue.cc:799] '
+             b'Kick failed: UNKNOWN:eventfd_write: Bad file descriptor (9)\n')
 
 
 def test_only_the_spurious_lines_are_dropped_in_order(capfd):
   with tf_startup.stderr_without(tf_startup.SPURIOUS):
-    os.write(2, b'first\n' + SPURIOUS_LINE + REAL_ERROR + b'last\n')
+    os.write(2, b'first\n' + SPURIOUS_LINE + REAL_ERROR + GRPC_LINE +
+             b'last\n')
   assert capfd.readouterr().err == ('first\n' + REAL_ERROR.decode() +
                                     'last\n')
 

@@ -32,12 +32,16 @@ import tempfile
 from typing import Any, Iterator, Optional, Sequence
 
 # TensorFlow's spurious lines, as an extended regular expression (grep's
-# syntax, which Python's `re` reads the same way).
+# syntax, which Python's `re` reads the same way). The last is gRPC's, now
+# and then, as a channel to a worker closes (seen in a CI run's refusal of
+# an unreachable --worker_addresses).
 SPURIOUS_ERE = (
     'Unable to register (cuDNN|cuFFT|cuBLAS) factory: Attempting to register '
     'factory for plugin [A-Za-z]+ when one has already been registered|'
     r'grappler_item_builder\.cc:[0-9]+\] Failed to detect the fetch node\(s\), '
-    'skipping this input')
+    'skipping this input|'
+    r'completion_queue\.cc:[0-9]+\] Kick failed: UNKNOWN:eventfd_write: '
+    r'Bad file descriptor')
 SPURIOUS = re.compile(SPURIOUS_ERE.encode())
 DEFAULT_LOG_LEVEL = '2'
 
