@@ -154,8 +154,11 @@ def _train(model, initial_weights, dataset, learning_rate, epochs, batch,
         tf.raw_ops.ResourceApplyGradientDescent(
             var=v.handle, alpha=tf.cast(lr, v.dtype), delta=g)
     if schedule is not None:
-      # The loop carry needs fixed shapes; CL keeps the last gradient dense.
-      previous_grads = tuple(tree_math.to_dense(g) for g in grads)
+      # The loop carry needs fixed shapes; CL keeps the last gradient dense,
+      # and a dense copy of an embedding's sparse gradient has lost its row
+      # count, which a while loop's carry refuses (a reduce relaxed it).
+      previous_grads = tuple(tf.ensure_shape(tree_math.to_dense(g), v.shape)
+                             for g, v in zip(grads, trainable))
     return (grad_sum, leaf_squares, phi,
             processed + tf.cast(output.num_examples, tf.int64),
             lr, lr_sum + lr, previous_grads, k + 1)
@@ -171,10 +174,7 @@ def _train(model, initial_weights, dataset, learning_rate, epochs, batch,
   if client_loops.loop_for(model) == client_loops.ITERATOR:
     carry = initial  # A loop in the graph: see `client_loops`.
     for batch_data in iter(data):
-      # A while loop's carry keeps its shapes (reduce relaxes them): a dense
-      # copy of an embedding's sparse gradient has lost its row count.
-      carry = tf.nest.map_structure(lambda c, i: tf.ensure_shape(c, i.shape),
-                                    step(carry, batch_data), initial)
+      carry = step(carry, batch_data)
   else:
     carry = data.reduce(initial, step)
   _, _, phi, processed, _, lr_sum, _, taken = carry
