@@ -71,13 +71,13 @@ def seeded_model_fn(model_fn: Callable[[], object],
   return fn
 
 
-def _without_autotune(preprocess_fn: Callable[..., object]
+def _without_tf_data_tuning(preprocess_fn: Callable[..., object]
                       ) -> Callable[..., object]:
-  """`preprocess_fn` whose datasets have tf.data's autotuning off, as the
-  worker's iterator loops need (`tff_hpo/execution/client_loops.py`)."""
+  """`preprocess_fn` whose datasets have tf.data's autotuning and default
+  rewrites off (`client_loops.without_tf_data_tuning`)."""
 
   def preprocess(dataset, **kwargs):
-    return client_loops.without_autotune(preprocess_fn(dataset, **kwargs))
+    return client_loops.without_tf_data_tuning(preprocess_fn(dataset, **kwargs))
 
   return preprocess
 
@@ -201,9 +201,9 @@ def load(name: str, *, batch_size: int, epochs: int,
     train_fn = lambda ds, fn=data.train_preprocess_fn: regroup(fn(ds).unbatch())
   baseline = client_examples.with_preprocessing(
       baseline,
-      _without_autotune(client_examples.first_examples_then(
+      _without_tf_data_tuning(client_examples.first_examples_then(
           train_fn, max_examples, graph_seed)),
-      _without_autotune(client_examples.first_examples_then(
+      _without_tf_data_tuning(client_examples.first_examples_then(
           data.eval_preprocess_fn, None, graph_seed)))
   if invert_pixels:
     label += '; pixels inverted (1 - x, background 0) as in FedJAX'

@@ -82,9 +82,10 @@ def test_inverted_pixels_reach_both_splits(cache_dir):
     assert np.median(x) == 1.0 and np.median(xi) == 0.0  # Background.
 
 
-def test_client_datasets_have_autotuning_off(cache_dir):
-  # The worker's iterator loops stall with tf.data's autotuning on
-  # (tff_hpo/execution/client_loops.py); TFF's own datasets leave it on.
+def test_client_datasets_have_tf_data_tuning_off(cache_dir):
+  # The worker's iterator loops stall with tf.data's autotuning on, and its
+  # default rewrites cost more than they save per client
+  # (tff_hpo/execution/client_loops.py); TFF's own datasets leave both on.
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   task = tasks.load('emnist_cr', batch_size=20, epochs=1, max_examples=None,
                     cache_dir=cache_dir, offline_data_dir=SHARED_DATA, seed=0)
@@ -92,10 +93,14 @@ def test_client_datasets_have_autotuning_off(cache_dir):
   raw = data.train_data.create_tf_dataset_for_client(
       data.train_data.client_ids[0])
   assert raw.options().autotune.enabled is None  # None: on.
+  assert raw.options().experimental_optimization.apply_default_optimizations \
+      is None
   made = (data.train_preprocess_fn(raw),
           data.train_preprocess_fn(raw, order_seed=tf.constant(1, tf.int64)),
           data.eval_preprocess_fn(raw))
   assert [d.options().autotune.enabled for d in made] == [False] * 3
+  assert [d.options().experimental_optimization.apply_default_optimizations
+          for d in made] == [False] * 3
 
 
 def test_clients_loop_in_the_graph_unless_dropout_is_stateful(cache_dir):

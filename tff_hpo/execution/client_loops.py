@@ -16,12 +16,15 @@ next, so a resumed run would diverge from an uninterrupted one
 (`loop_for`). The authors' pipeline draws its dropout masks statelessly
 (`tasks/dropout_masks.py`) and Stack Overflow's LSTM has no dropout.
 
-The iterator loop needs tf.data's autotuning off (`without_autotune`, on
-every task's datasets and in the local loop). With it on, the worker
+The iterator loop needs tf.data's autotuning off (`without_tf_data_tuning`,
+on every task's datasets and in the local loop). With it on, the worker
 stalled in the first round: destroying an iterator joins tf.data's
 autotuning thread, which in TensorFlow 2.14 stays in its optimisation wait
 (gdb: `RootDataset::Iterator::~Iterator` joining `Model::OptimizeLoop`).
 Most likely the same stall hung TFF's iterator loop when tried before.
+tf.data's default graph rewrites are off too: they run whenever an iterator
+is made, so for every client in every round, and on datasets of a few dozen
+examples they cost more than they save (`without_tf_data_tuning`).
 
 Stack Overflow (23-site corpus, authors' pipeline, 50 clients), one core,
 Eigen's kernels, rounds 2-4 of one run each, beside a niced run: FedAvg
@@ -76,9 +79,20 @@ def loop_for_model_fn(model_fn: Callable[[], Any]
     return loop_for(model_fn())
 
 
-def without_autotune(dataset: tf.data.Dataset) -> tf.data.Dataset:
-  """`dataset` with tf.data's autotuning off (no model thread per iterator);
-  options set on it reach every dataset made from it."""
+def without_tf_data_tuning(dataset: tf.data.Dataset) -> tf.data.Dataset:
+  """`dataset` with tf.data's autotuning off (no model thread per iterator)
+  and without its default static optimisations; options set on it reach
+  every dataset made from it.
+
+  The optimisations (no-op elimination, map and batch fusion, shuffle and
+  repeat fusion, parallelisation) keep the elements and their order; but
+  each iterator made serialises the dataset's graph, runs Grappler's tf.data
+  passes on it and rebuilds it (`FinalizeDataset` in `perf`). TFF's EMNIST
+  pipeline, 10 clients of 20 examples (one local step each), one core
+  beside a niced run: 99 ms a client for FedAvg with them, 87 without
+  (NOTES.md, thirty-ninth session).
+  """
   options = tf.data.Options()
   options.autotune.enabled = False
+  options.experimental_optimization.apply_default_optimizations = False
   return dataset.with_options(options)

@@ -107,7 +107,7 @@ def _train(model, initial_weights, dataset, learning_rate, epochs, batch,
     v.assign(t)
   trainable = tuple(weights.trainable)
 
-  dataset = client_loops.without_autotune(dataset)
+  dataset = client_loops.without_tf_data_tuning(dataset)
   dataset = dataset.cache()  # Counting must not read and parse twice.
   num_examples = count_examples(dataset)
   batch_size = hypergradients.effective_batch_size(batch)
@@ -181,7 +181,9 @@ def _train(model, initial_weights, dataset, learning_rate, epochs, batch,
 
   delta = tuple(v - w0 for v, w0 in zip(trainable, initial_weights.trainable))
   finite = tree_math.all_finite(delta)
-  delta = tuple(tf.where(finite, d, tf.zeros_like(d)) for d in delta)
+  # A cond, not a where: no model-sized zeros and copy per client when finite.
+  delta = tf.cond(finite, lambda: delta,
+                  lambda: tuple(tf.zeros_like(d) for d in delta))
   return ClientOutput(delta=delta, phi=tf.where(finite, phi, 0.0),
                       num_examples=num_examples, local_steps=steps,
                       examples_processed=processed,

@@ -35,7 +35,7 @@ def pooled_dataset_computation(client_data: Any) -> Any:
 
   @tff.tensorflow.computation(tff.TensorType(np.str_, [None]))
   def clients_in_turn(client_ids):
-    return client_loops.without_autotune(
+    return client_loops.without_tf_data_tuning(
         tf.data.Dataset.from_tensor_slices(client_ids).flat_map(
             client_data.serializable_dataset_fn))
 
