@@ -72,12 +72,13 @@ def seeded_model_fn(model_fn: Callable[[], object],
 
 
 def _without_tf_data_tuning(preprocess_fn: Callable[..., object]
-                      ) -> Callable[..., object]:
+                            ) -> Callable[..., object]:
   """`preprocess_fn` whose datasets have tf.data's autotuning and default
   rewrites off (`client_loops.without_tf_data_tuning`)."""
 
   def preprocess(dataset, **kwargs):
-    return client_loops.without_tf_data_tuning(preprocess_fn(dataset, **kwargs))
+    return client_loops.without_tf_data_tuning(
+        preprocess_fn(dataset, **kwargs))
 
   return preprocess
 
