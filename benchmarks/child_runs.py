@@ -42,7 +42,7 @@ def collect(script: str, name: str, drop_flag: str,
       [sys.executable, os.path.abspath(script), f'--child={name}'] +
       [a for a in sys.argv[1:] if not a.startswith(drop_flag)],
       stdout=subprocess.PIPE, text=True, env=env,
-      preexec_fn=parent_death.die_with_parent)
+      preexec_fn=parent_death.preexec())
   lines = []
   for line in child.stdout:
     if line.startswith('{'):

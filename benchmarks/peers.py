@@ -78,7 +78,7 @@ def run_pfl(python: str, clients: list[list[str]], threads: int
          f'--server_learning_rate={SETTINGS["server_learning_rate"]}',
          f'--batch_size={SETTINGS["client_batch_size"]}'],
         stdout=subprocess.PIPE, text=True, check=True,
-        preexec_fn=parent_death.die_with_parent)
+        preexec_fn=parent_death.preexec())
   rows = [json.loads(line) for line in out.stdout.splitlines()
           if line.startswith('{')]
   for row in rows:

@@ -21,6 +21,7 @@ SIGINT or SIGTERM (its runners are stopped too and resume next time).
 from __future__ import annotations
 
 import argparse
+import functools
 import glob
 import os
 import re
@@ -82,10 +83,10 @@ def plan(flagfiles: Sequence[str], seeds: Sequence[int]) -> list[Run]:
           for f in flagfiles]
 
 
-def _die_with_parent() -> None:
+def _die_with_parent(parent_pid: int) -> None:
   """In the child: SIGTERM when the sweep dies, so no runner is orphaned
   (each runner stops its own TFF worker on SIGTERM)."""
-  parent_death.die_with_parent(signal.SIGTERM)
+  parent_death.die_with_parent(signal.SIGTERM, parent_pid)
   signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
@@ -130,7 +131,8 @@ class Sweep:
     log.flush()
     proc = subprocess.Popen(self.command(run), cwd=ROOT, stdout=log,
                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            preexec_fn=_die_with_parent)
+                            preexec_fn=functools.partial(
+                                _die_with_parent, os.getpid()))
     log.close()
     self._say(f'started {run.name} (pid {proc.pid})')
     return proc

@@ -69,10 +69,6 @@ def log_path(index: int = 0) -> str:
   return default
 
 
-def _die_with_parent() -> None:
-  parent_death.die_with_parent(signal.SIGKILL)
-
-
 def _stub(address: str) -> Any:
   import grpc  # pylint: disable=g-import-not-at-top
   from tensorflow_federated.python.core.impl.executors import remote_executor_grpc_stub  # pylint: disable=g-import-not-at-top
@@ -94,7 +90,8 @@ def start_local(binary: str, env: Mapping[str, str], index: int = 0,
         [binary, f'--port={port}', '--max_concurrent_computation_calls=-1'],
         stdin=subprocess.DEVNULL, stdout=out, stderr=out,
         env=dict(env),
-        preexec_fn=_die_with_parent, close_fds=True)
+        preexec_fn=parent_death.preexec(signal.SIGKILL),
+        close_fds=True)
   worker = Worker(name=_name(index, count), address=f'localhost:{port}',
                   stub=_stub(f'localhost:{port}'), process=process, log=log)
   try:

@@ -12,6 +12,7 @@ test accuracy at each evaluation is reported to Optuna as it lands in
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import os
 import signal
@@ -67,8 +68,8 @@ def evaluations(run_dir: str) -> list[tuple[int, float]]:
   return found
 
 
-def _die_with_parent() -> None:
-  parent_death.die_with_parent(signal.SIGTERM)
+def _die_with_parent(parent_pid: int) -> None:
+  parent_death.die_with_parent(signal.SIGTERM, parent_pid)
   signal.signal(signal.SIGINT, signal.SIG_IGN)  # The study stops it.
 
 
@@ -103,7 +104,8 @@ def run(trial: optuna.Trial, settings: dict[str, Any], *,
   with open(log_path, 'a') as log:
     proc = subprocess.Popen(command, cwd=ROOT, stdout=log,
                             stderr=subprocess.STDOUT,
-                            preexec_fn=_die_with_parent)
+                            preexec_fn=functools.partial(
+                                _die_with_parent, os.getpid()))
   reported = set()
   try:
     while True:
