@@ -21,7 +21,6 @@ SIGINT or SIGTERM (its runners are stopped too and resume next time).
 from __future__ import annotations
 
 import argparse
-import functools
 import glob
 import os
 import re
@@ -83,13 +82,6 @@ def plan(flagfiles: Sequence[str], seeds: Sequence[int]) -> list[Run]:
           for f in flagfiles]
 
 
-def _die_with_parent(parent_pid: int) -> None:
-  """In the child: SIGTERM when the sweep dies, so no runner is orphaned
-  (each runner stops its own TFF worker on SIGTERM)."""
-  parent_death.die_with_parent(signal.SIGTERM, parent_pid)
-  signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 class Sweep:
   """Launches the runs of a plan, at most `parallel` at once."""
 
@@ -131,8 +123,10 @@ class Sweep:
     log.flush()
     proc = subprocess.Popen(self.command(run), cwd=ROOT, stdout=log,
                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            preexec_fn=functools.partial(
-                                _die_with_parent, os.getpid()))
+                            # SIGTERM when the sweep dies, so no runner is
+                            # orphaned (each stops its own worker on it).
+                            preexec_fn=parent_death.preexec(
+                                signal.SIGTERM, sigint=signal.SIG_DFL))
     log.close()
     self._say(f'started {run.name} (pid {proc.pid})')
     return proc

@@ -7,9 +7,10 @@ from __future__ import annotations
 import ctypes
 import os
 import signal
-from typing import Callable
+from typing import Callable, Optional, Union
 
 _PR_SET_PDEATHSIG = 1
+Handler = Union[int, signal.Handlers]  # SIG_DFL, SIG_IGN.
 # Loaded in the parent, at import: a child between fork and exec only calls
 # it. Loading a library there (dlopen) can meet locks that another of the
 # parent's threads held at the fork.
@@ -29,8 +30,16 @@ def die_with_parent(sig: int = signal.SIGTERM,
     os._exit(1)  # pylint: disable=protected-access
 
 
-def preexec(sig: int = signal.SIGTERM) -> Callable[[], None]:
+def preexec(sig: int = signal.SIGTERM,
+            sigint: Optional[Handler] = None) -> Callable[[], None]:
   """A `preexec_fn` for `subprocess.Popen`: the child dies with this
-  process (call it in the parent, just before starting the child)."""
+  process (call it in the parent, just before starting the child) and, if
+  given, starts with `sigint` as its SIGINT disposition."""
   parent_pid = os.getpid()
-  return lambda: die_with_parent(sig, parent_pid)
+
+  def setup() -> None:
+    die_with_parent(sig, parent_pid)
+    if sigint is not None:
+      signal.signal(signal.SIGINT, sigint)
+
+  return setup

@@ -12,7 +12,6 @@ test accuracy at each evaluation is reported to Optuna as it lands in
 from __future__ import annotations
 
 import csv
-import functools
 import io
 import os
 import signal
@@ -68,11 +67,6 @@ def evaluations(run_dir: str) -> list[tuple[int, float]]:
   return found
 
 
-def _die_with_parent(parent_pid: int) -> None:
-  parent_death.die_with_parent(signal.SIGTERM, parent_pid)
-  signal.signal(signal.SIGINT, signal.SIG_IGN)  # The study stops it.
-
-
 def stop(proc: subprocess.Popen, timeout: float = 120.0) -> None:
   """SIGTERM, then wait for the runner's save and exit; SIGKILL after
   `timeout` s."""
@@ -104,8 +98,9 @@ def run(trial: optuna.Trial, settings: dict[str, Any], *,
   with open(log_path, 'a') as log:
     proc = subprocess.Popen(command, cwd=ROOT, stdout=log,
                             stderr=subprocess.STDOUT,
-                            preexec_fn=functools.partial(
-                                _die_with_parent, os.getpid()))
+                            # SIGINT ignored: the study stops its trials.
+                            preexec_fn=parent_death.preexec(
+                                signal.SIGTERM, sigint=signal.SIG_IGN))
   reported = set()
   try:
     while True:
