@@ -181,6 +181,12 @@ _CPU_KERNELS = flags.DEFINE_enum(
     'or TensorFlow\'s own choice for the CPU (runs before this flag; oneDNN\'s '
     'on AVX-512 VNNI / BF16 / AMX CPUs, else Eigen\'s). A run resumes only '
     'with the kernels it began with, as they resolve on this machine.')
+_WORKER_MEMORY = flags.DEFINE_float(
+    'worker_memory_limit_gb', config_lib.ExperimentConfig.worker_memory_limit_gb,
+    'Between rounds, replace local TFF workers whose resident memory has '
+    'passed this many GB (TensorFlow keeps every client dataset\'s lookup '
+    'table, about 1 MB a Stack Overflow client); 0: never. Results do not '
+    'change.')
 _STOP_EVALS = flags.DEFINE_integer(
     'early_stop_evals', 3, 'Evaluations recorded after reaching '
     '--early_stop_accuracy before stopping.')
@@ -231,6 +237,7 @@ def config_from_flags() -> config_lib.ExperimentConfig:
       worker_binary=_WORKER.value, workers=_WORKERS.value,
       worker_addresses=_WORKER_ADDRESSES.value,
       cpu_kernels=_CPU_KERNELS.value,
+      worker_memory_limit_gb=_WORKER_MEMORY.value,
       **{name: holder.value for name, holder in _OPTION_FLAGS.items()})
 
 

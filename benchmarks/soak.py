@@ -1,6 +1,9 @@
 """Long runs: does host memory grow with rounds?
 
   python benchmarks/soak.py [--algorithms=fedavg,fathom] [--rounds=1000]
+  python benchmarks/soak.py --task=stackoverflow_nwp --algorithms=fedavg \
+      --rounds=60 --clients_per_round=20 --max_examples_per_client=128 \
+      --worker_memory_limit_gb=0
 
 Each algorithm trains `--rounds` rounds on the offline FEMNIST subset in its
 own process, through the same loop as run_experiment.py (sampling, releases
@@ -14,10 +17,12 @@ between the endpoints, by a least-squares slope, and between the means of
 the first and of the last `--window_rounds` (each with a standard error:
 single readings swing by more than the growth looked for). Writes
 benchmarks/results/soak.json and soak.csv (soak_glibc_malloc.* with
-`--glibc_malloc`). A run cut short keeps its rows in its log (each is
-echoed to stderr as it comes): `--rows_from=<log>` summarises those instead
-of training, with the rounds each algorithm reached; `--rows_from=<csv>`
-summarises a finished soak's committed rows again.
+`--glibc_malloc`; soak_<task>[_limit_<GB>].* with another `--task`; the
+workers are replaced above `--worker_memory_limit_gb`, 0: never). A run
+cut short keeps its rows in its log (each is echoed to stderr as it comes):
+`--rows_from=<log>` summarises those instead of training, with the rounds
+each algorithm reached; `--rows_from=<csv>` summarises a finished soak's
+committed rows again.
 """
 
 from __future__ import annotations
@@ -54,11 +59,14 @@ def child(args) -> int:
         'round_seconds': metrics['time/round_seconds'],
         'eval_accuracy': metrics.get('eval/accuracy', '')}), flush=True)
 
-  label = child_runs.train(dict(
+  settings = dict(
       algorithm=args.child, total_rounds=args.rounds,
       max_examples_per_client=args.max_examples_per_client or None,
-      rounds_per_eval=args.rounds_per_eval, eval_clients=args.eval_clients),
-      record, args.cache_dir)
+      rounds_per_eval=args.rounds_per_eval, eval_clients=args.eval_clients,
+      clients_per_round=args.clients_per_round or None)
+  if args.worker_memory_limit_gb is not None:
+    settings['worker_memory_limit_gb'] = args.worker_memory_limit_gb
+  label = child_runs.train(settings, record, args.cache_dir, task=args.task)
   print(json.dumps({'dataset': label}), flush=True)
   return 0
 
@@ -146,6 +154,11 @@ def main() -> int:
   parser.add_argument('--eval_clients', type=int, default=20)
   parser.add_argument('--max_examples_per_client', type=int, default=0,
                       help='0: the task default')
+  parser.add_argument('--task', default='emnist_cr')
+  parser.add_argument('--clients_per_round', type=int, default=0,
+                      help='0: the task default')
+  parser.add_argument('--worker_memory_limit_gb', type=float, default=None,
+                      help="the runner's flag (default: its default)")
   parser.add_argument('--jobs', type=int, default=1,
                       help='algorithms run at once')
   parser.add_argument('--glibc_malloc', action='store_true',
@@ -184,10 +197,17 @@ def main() -> int:
         **_growth(run_rows, args.from_round, 'worker_rss_mb',
                   args.window_rounds))
   name = 'soak_glibc_malloc' if args.glibc_malloc else 'soak'
+  if args.task != 'emnist_cr':
+    name += f'_{args.task}'
+    if args.worker_memory_limit_gb is not None:
+      name += f'_limit_{args.worker_memory_limit_gb:g}'
   header = {
       'benchmark': f'host memory over {args.rounds} rounds, sampled every '
                    f'{args.sample_every}',
       'dataset': dataset, 'machine': outputs.machine(),
+      'task': args.task,
+      'clients_per_round': args.clients_per_round or 'task default',
+      'worker_memory_limit_gb': args.worker_memory_limit_gb,
       'max_examples_per_client': args.max_examples_per_client or 'task default',
       'malloc': ('glibc defaults' if args.glibc_malloc else
                  f'tff_hpo.execution.malloc_limits: {malloc_limits.SETTINGS}'),

@@ -37,7 +37,8 @@ def test_task_defaults_fill_unset_fields(tmp_path):
     ('seed', -1), ('fathom_step_rounding', 'round'),
     ('early_stop_accuracy', 1.5), ('early_stop_accuracy', 0.0),
     ('early_stop_evals', -1), ('worker_binary', '/no/such/worker_binary'),
-    ('cpu_kernels', 'mkl'),
+    ('cpu_kernels', 'mkl'), ('worker_memory_limit_gb', -1.0),
+    ('worker_memory_limit_gb', float('nan')),
 ])
 def test_bad_value_names_its_flag(tmp_path, field, value):
   with pytest.raises(config_lib.ConfigError, match=f'^--{field}: expected'):

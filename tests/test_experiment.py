@@ -11,6 +11,7 @@ import json
 import os
 
 import numpy as np
+import psutil
 import pytest
 
 import tasks
@@ -223,9 +224,16 @@ def test_resume_after_crash_equals_uninterrupted_run(tmp_path, cache_dir,
   with pytest.raises(RuntimeError, match='simulated crash'):
     experiment.Experiment(cut_cfg, out=io.StringIO()).run(on_round=crash)
   log = io.StringIO()
+  if algorithm == 'fedavg':  # A fresh worker after each round changes nothing.
+    cut_cfg = dataclasses.replace(cut_cfg, worker_memory_limit_gb=1e-9)
   resumed = experiment.Experiment(cut_cfg, out=log)
+  old_workers = runtime.worker_pids()
   resumed_state = resumed.run()
   assert 'resuming after round 2' in log.getvalue()
+  if algorithm == 'fedavg':
+    assert log.getvalue().count('replaced by a fresh one') == 2
+    assert not set(old_workers) & set(runtime.worker_pids())
+    assert not any(psutil.pid_exists(pid) for pid in old_workers)
 
   for a, b in zip(_weights(whole, whole_state), _weights(resumed, resumed_state)):
     np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)

@@ -85,6 +85,10 @@ class ExperimentConfig:
   # or TensorFlow's choice for the CPU (what runs before this setting did;
   # it differs between CPUs: `cpu_kernels.resolve`).
   cpu_kernels: str = cpu_kernels.ONEDNN
+  # Between rounds, local workers whose resident memory has passed this many
+  # GB are replaced by fresh ones (`runtime.replace_local_workers`: TF keeps
+  # each dataset's lookup tables); 0: never.
+  worker_memory_limit_gb: float = 4.0
   # The algorithms' own settings: instances of their `spec.Options`
   # dataclasses (e.g. `fathom.FathomOptions(gamma_batch_size=0.05)`); a
   # family left out takes its defaults. Field x of family p is flag --p_x.
@@ -294,6 +298,9 @@ def _check_workers(config: ExperimentConfig, spec: Any) -> None:
   _require(not (config.worker_binary and addresses), 'worker_binary',
            'unset with --worker_addresses (those workers run their own '
            'binary)', config.worker_binary)
+  _require(config.worker_memory_limit_gb >= 0, 'worker_memory_limit_gb',
+           'a size in GB >= 0 (0: never replace the workers)',
+           config.worker_memory_limit_gb)
   _require(config.cpu_kernels in cpu_kernels.CHOICES, 'cpu_kernels',
            f'one of {", ".join(cpu_kernels.CHOICES)}', config.cpu_kernels)
   _require(not addresses or config.cpu_kernels == cpu_kernels.TF_DEFAULT,

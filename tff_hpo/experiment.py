@@ -163,6 +163,7 @@ class Experiment:
           round_num == cfg.total_rounds or stop.done):
         checkpoints.save(ckpt)
       stop_request.check()  # A round released whole; its checkpoint, if due.
+      self._bound_worker_memory()
     self._finish(ckpt.round_num, stop)
     return ckpt.state
 
@@ -207,6 +208,13 @@ class Experiment:
       if created:
         shutil.rmtree(cfg.run_dir, ignore_errors=True)
       raise
+
+  def _bound_worker_memory(self) -> None:
+    limit = self.config.worker_memory_limit_gb
+    rss = runtime.local_worker_rss_bytes()
+    if limit and rss > limit * 1e9 and runtime.replace_local_workers():
+      self._log(f'TFF worker at {rss / 1e9:.1f} GB, above '
+                f'--worker_memory_limit_gb={limit:g}: replaced by a fresh one')
 
   def _finish(self, round_num: int, stop: EarlyStop) -> None:
     cfg = self.config

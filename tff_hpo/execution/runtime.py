@@ -47,6 +47,7 @@ _installed: Optional[tuple[int, tuple[str, ...]]] = None  # (workers, addresses)
 _binary: Optional[str] = None  # Set by install(worker_binary=...).
 _kernels: str = cpu_kernels_lib.ONEDNN  # Set by install(cpu_kernels=...).
 _terminating: bool = False  # Set by SIGTERM; no worker starts after it.
+_default_num_clients: int = 0  # Set by install(); for replace_local_workers.
 # Printed by TensorFlow builds without CUDA; the pip worker_binary holds it.
 _NO_CUDA_MARKER = b'TensorFlow was not compiled with CUDA'
 
@@ -147,6 +148,50 @@ def worker_pids() -> list[int]:
     return [w.pid for w in _workers if w.pid is not None]
 
 
+def local_worker_rss_bytes() -> int:
+  """The largest resident memory among this process's local workers (0
+  with none)."""
+  import psutil  # pylint: disable=g-import-not-at-top
+  largest = 0
+  for pid in worker_pids():
+    try:
+      largest = max(largest, psutil.Process(pid).memory_info().rss)
+    except psutil.NoSuchProcess:
+      pass
+  return largest
+
+
+def replace_local_workers() -> bool:
+  """Stops this process's local workers, starts as many fresh ones and
+  makes a context over them TFF's default; False (nothing done) when the
+  workers were started elsewhere or none runs.
+
+  Between rounds only: a computation in flight would fail. TFF hands every
+  value back to Python after a call, so nothing a later round needs lives in
+  a worker; the replacement is what a resume does, without leaving the
+  process. Why it is needed: a worker keeps, until it exits, every lookup
+  table of each dataset it deserializes (TensorFlow's `HashTable::AsGraphDef`
+  names each one uniquely, TODO b/181695913), about 1 MB a client on Stack
+  Overflow's 10,000-word vocabulary.
+  """
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  with _lock:
+    if (_terminating or not _workers or
+        any(w.process is None for w in _workers)):
+      return False
+    count = len(_workers)
+    shutdown()
+    try:  # From this thread, as install(): see PR_SET_PDEATHSIG.
+      for i in range(count):
+        _workers.append(worker_pool.start_local(
+            worker_binary_path(), _worker_environment(), i, count))
+    except BaseException:
+      shutdown()
+      raise
+    tff.framework.set_default_context(_context(_default_num_clients))
+  return True
+
+
 def terminate() -> None:
   """Stops the workers for good: a computation in flight fails, and none
   starts after this (`stop_request`'s handler; SIGTERM's where it is ours)."""
@@ -233,7 +278,7 @@ def install(default_num_clients: int = 0,
   `cpu_kernels.CHOICES` for local workers. None of these can change once
   installed.
   """
-  global _installed, _binary, _kernels
+  global _installed, _binary, _kernels, _default_num_clients
   shape = (workers, tuple(worker_addresses))
   with _lock:
     if _installed is not None:
@@ -280,6 +325,7 @@ def install(default_num_clients: int = 0,
     except BaseException:
       shutdown()
       raise
+    _default_num_clients = default_num_clients
     tff.framework.set_default_context(_context(default_num_clients))
     atexit.register(shutdown)
     # SIGINT already raises KeyboardInterrupt; SIGTERM would kill Python

@@ -27,7 +27,7 @@ RESUMABLE_CHANGES = frozenset({
     'total_rounds', 'rounds_per_eval', 'rounds_per_checkpoint', 'cache_dir',
     'offline_data_dir', 'output_root', 'early_stop_accuracy',
     'early_stop_evals', 'worker_binary', 'workers', 'worker_addresses',
-    'restart_if_unreadable'})
+    'restart_if_unreadable', 'worker_memory_limit_gb'})
 # What runs from before a setting existed did, where that is not its default.
 LEGACY_VALUES = {'cpu_kernels': cpu_kernels.TF_DEFAULT}
 
