@@ -224,14 +224,14 @@ def test_resume_after_crash_equals_uninterrupted_run(tmp_path, cache_dir,
   with pytest.raises(RuntimeError, match='simulated crash'):
     experiment.Experiment(cut_cfg, out=io.StringIO()).run(on_round=crash)
   log = io.StringIO()
-  if algorithm == 'fedavg':  # A fresh worker after each round changes nothing.
+  if algorithm == 'fedavg':  # A fresh worker between rounds changes nothing.
     cut_cfg = dataclasses.replace(cut_cfg, worker_memory_limit_gb=1e-9)
   resumed = experiment.Experiment(cut_cfg, out=log)
   old_workers = runtime.worker_pids()
   resumed_state = resumed.run()
   assert 'resuming after round 2' in log.getvalue()
   if algorithm == 'fedavg':
-    assert log.getvalue().count('replaced by a fresh one') == 2
+    assert log.getvalue().count('replaced by a fresh one') == 1  # Not after 4.
     assert not set(old_workers) & set(runtime.worker_pids())
     assert not any(psutil.pid_exists(pid) for pid in old_workers)
 

@@ -163,7 +163,8 @@ class Experiment:
           round_num == cfg.total_rounds or stop.done):
         checkpoints.save(ckpt)
       stop_request.check()  # A round released whole; its checkpoint, if due.
-      self._bound_worker_memory()
+      if ckpt.round_num < cfg.total_rounds and not stop.done:
+        self._bound_worker_memory()
     self._finish(ckpt.round_num, stop)
     return ckpt.state
 
