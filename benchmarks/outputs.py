@@ -16,7 +16,16 @@ RESULTS = os.path.join(ROOT, 'benchmarks', 'results')
 
 
 def machine() -> str:
-  return f'{platform.machine()}, {os.cpu_count()} cores'
+  """The CPU's model and cores: machines change between sessions, and
+  seconds are comparable only on one CPU model."""
+  model = platform.machine()
+  try:
+    with open('/proc/cpuinfo') as f:
+      model = next((line.split(':', 1)[1].strip() for line in f
+                    if line.startswith('model name')), model)
+  except OSError:
+    pass
+  return f'{model}, {os.cpu_count()} cores'
 
 
 def rss_bytes(pid: int | str = 'self', field: str = 'VmRSS') -> int:
