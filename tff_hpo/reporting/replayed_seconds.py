@@ -49,7 +49,7 @@ def markdown(replays: Mapping[str, Mapping[str, Any]]) -> str:
       row[run['algorithm']].append(dict(run, name=name))
   lines = ['| row | target | replayed s FATHOM | replayed s FedAvg | ratio | '
            'rounds ratio | examples ratio | sweep s ratio (same runs) | '
-           'runs |', '|' + '---|' * 9]
+           'runs | machine |', '|' + '---|' * 10]
   for row, by_algorithm in sorted(rows.items()):
     fathom, fedavg = by_algorithm['fathom'], by_algorithm['fedavg']
     if not (fathom and fedavg):
@@ -58,6 +58,7 @@ def markdown(replays: Mapping[str, Mapping[str, Any]]) -> str:
                      key=float)
     names = ', '.join(sorted(r['name'][len(row) + 1:]
                              for r in fathom + fedavg))
+    machine = '; '.join(sorted({_machine(r) for r in fathom + fedavg}))
     for target in targets:
       cells = {key: (_stat(fathom, target, key), _stat(fedavg, target, key))
                for key in ('replayed_seconds', 'round', 'examples',
@@ -66,12 +67,9 @@ def markdown(replays: Mapping[str, Mapping[str, Any]]) -> str:
       lines.append(
           f'| {row} | {target} | {a.text()} | {b.text()} | {ratio(a, b)} | '
           f'{ratio(*cells["round"])} | {ratio(*cells["examples"])} | '
-          f'{ratio(*cells["sweep_seconds"])} | {names} |')
+          f'{ratio(*cells["sweep_seconds"])} | {names} | {machine} |')
   if len(lines) == 2:
     return ''
-  machines = sorted({f'{r["machine"]}, the replay pinned to {r.get("cores")}'
-                     f' of them, {r["cpu_kernels"]} kernels'
-                     for r in replays.values()})
   return (
       'Each run trained again alone (`benchmarks/seconds_to_target.py`, '
       'nothing else running), its rounds checked equal to the committed '
@@ -79,5 +77,10 @@ def markdown(replays: Mapping[str, Mapping[str, Any]]) -> str:
       'are the runner\'s training time per round (evaluation excluded). The '
       'ratio is FATHOM\'s mean over FedAvg\'s; beside it, for the same '
       'runs, the ratios of rounds, of examples and of the seconds the sweep '
-      'recorded on its shared machine. Machine: ' + '; '.join(machines) +
-      '.\n\n' + '\n'.join(lines))
+      'recorded on its shared machine. A run replays only on the CPU model '
+      'it was made on, named beside it.\n\n' + '\n'.join(lines))
+
+
+def _machine(run: Mapping[str, Any]) -> str:
+  return (f'{run["machine"]}, the replay pinned to {run.get("cores")} of '
+          f'them, {run["cpu_kernels"]} kernels')
