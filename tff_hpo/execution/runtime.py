@@ -35,7 +35,7 @@ import signal
 import subprocess
 import sys
 import threading
-from typing import Any, Optional, Sequence
+from typing import Any, Iterable, Optional, Sequence
 
 from tff_hpo.execution import cpu_kernels as cpu_kernels_lib
 from tff_hpo.execution import malloc_limits
@@ -161,6 +161,18 @@ def local_worker_rss_bytes() -> int:
   return largest
 
 
+def _start_workers(workers: Iterable[worker_pool.Worker]) -> None:
+  """Appends `workers` (a generator that starts them) to `_workers`, from
+  this (the main) thread: see PR_SET_PDEATHSIG. If one fails to start, all
+  are stopped."""
+  try:
+    for worker in workers:
+      _workers.append(worker)
+  except BaseException:
+    shutdown()
+    raise
+
+
 def replace_local_workers() -> bool:
   """Stops this process's local workers, starts as many fresh ones and
   makes a context over them TFF's default; False (nothing done) when the
@@ -181,13 +193,9 @@ def replace_local_workers() -> bool:
       return False
     count = len(_workers)
     shutdown()
-    try:  # From this thread, as install(): see PR_SET_PDEATHSIG.
-      for i in range(count):
-        _workers.append(worker_pool.start_local(
-            worker_binary_path(), _worker_environment(), i, count))
-    except BaseException:
-      shutdown()
-      raise
+    _start_workers(worker_pool.start_local(
+        worker_binary_path(), _worker_environment(), i, count)
+                   for i in range(count))
     tff.framework.set_default_context(_context(_default_num_clients))
   return True
 
@@ -312,19 +320,13 @@ def install(default_num_clients: int = 0,
     malloc_limits.limit_this_process()
     import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
 
-    # Started from this (main) thread: see PR_SET_PDEATHSIG.
-    try:
-      if worker_addresses:
-        for i, address in enumerate(worker_addresses):
-          _workers.append(worker_pool.connect(address, i,
-                                              len(worker_addresses)))
-      else:
-        for i in range(workers):
-          _workers.append(worker_pool.start_local(
-              worker_binary_path(), _worker_environment(), i, workers))
-    except BaseException:
-      shutdown()
-      raise
+    if worker_addresses:
+      _start_workers(worker_pool.connect(address, i, len(worker_addresses))
+                     for i, address in enumerate(worker_addresses))
+    else:
+      _start_workers(worker_pool.start_local(
+          worker_binary_path(), _worker_environment(), i, workers)
+                     for i in range(workers))
     _default_num_clients = default_num_clients
     tff.framework.set_default_context(_context(default_num_clients))
     atexit.register(shutdown)
