@@ -13,6 +13,9 @@ import os
 from typing import Sequence
 
 Manifest = dict[str, dict[str, object]]
+# The entry that names how the sources were converted, where a converter's
+# output changed with no change to its sources.
+CONVERSION = '(conversion)'
 
 
 def of(source_dir: str, relative_paths: Sequence[str]) -> Manifest:
@@ -28,6 +31,13 @@ def of(source_dir: str, relative_paths: Sequence[str]) -> Manifest:
   return out
 
 
+def with_conversion(manifest: Manifest, conversion: str | None) -> Manifest:
+  """The manifest with the converter's description; unchanged for None, so
+  that a dataset whose conversion never changed keeps its fingerprint."""
+  return {**manifest, CONVERSION: {'format': conversion}} if conversion else (
+      manifest)
+
+
 def to_text(manifest: Manifest) -> str:
   return json.dumps(manifest, sort_keys=True)
 
@@ -39,11 +49,18 @@ def fingerprint(manifest: Manifest) -> str:
 
 def changes(old: Manifest, new: Manifest) -> str:
   """What differs, for the line that says why a cache is rebuilt."""
+  parts = []
+  if old.get(CONVERSION) != new.get(CONVERSION):
+    was = (old.get(CONVERSION) or {}).get('format', 'unnamed')
+    parts.append(f'the conversion changed (was {was}, now '
+                 f'{(new.get(CONVERSION) or {}).get("format", "unnamed")})')
+  old, new = ({k: v for k, v in m.items() if k != CONVERSION}
+              for m in (old, new))
   added = sorted(set(new) - set(old))
   removed = sorted(set(old) - set(new))
   changed = sorted(k for k in set(old) & set(new) if old[k] != new[k])
-  parts = [f'{len(v)} {what} ({", ".join(os.path.basename(p) for p in v[:3])}'
-           f'{", ..." if len(v) > 3 else ""})'
-           for what, v in (('added', added), ('removed', removed),
-                           ('changed', changed)) if v]
+  parts += [f'{len(v)} {what} ({", ".join(os.path.basename(p) for p in v[:3])}'
+            f'{", ..." if len(v) > 3 else ""})'
+            for what, v in (('added', added), ('removed', removed),
+                            ('changed', changed)) if v]
   return '; '.join(parts) or 'no recorded sources'

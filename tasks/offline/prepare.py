@@ -1,8 +1,9 @@
 """Converts ../shared/datasets into the files TFF's loaders read from a cache.
 
 Each cache records the manifest of the sources it was built from (names,
-sizes, SHA-256; `manifest.py`): when the set or content of the sources
-changes it is rebuilt, atomically (a temporary name renamed at the end), and
+sizes, SHA-256; `manifest.py`) and, where it changed once, of the conversion:
+when the set or content of the sources or the conversion changes it is
+rebuilt, atomically (a temporary name renamed at the end), and
 the line printed says why; when nothing changed it is left alone.
 
   python -m tasks.offline.prepare --source_dir=../shared/datasets \
@@ -65,7 +66,9 @@ def _convert(name: str, source_dir: str, cache_dir: str,
              say: Callable[[str], None]) -> list[str]:
   """Builds dataset `name`'s cache files unless they were built from the
   sources as they are now; returns them."""
-  current = manifest.of(source_dir, sources(name, source_dir))
+  current = manifest.with_conversion(
+      manifest.of(source_dir, sources(name, source_dir)),
+      stackoverflow.CONVERSION if name == 'stackoverflow' else None)
   files = targets(name, cache_dir)
   stored = sqlite_cache.read_info(files[0]).get(MANIFEST)
   if stored is not None and all(os.path.exists(f) for f in files):

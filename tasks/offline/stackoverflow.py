@@ -1,15 +1,20 @@
 """Stack Exchange posts -> TFF 0.87's `stackoverflow.sqlite` and word counts.
 
 TFF's Stack Overflow data is a per-user grouping of the stackoverflow.com dump:
-one client per `OwnerUserId`, one example per post with the features `tokens`
-(lower-cased, space-separated words and punctuation of the body), `title`,
-`tags` ('|'-joined), `type` ('question' / 'answer'), `score` and
-`creation_date`, split in time into train / heldout / test. We build the same
-schema from the Stack Exchange dumps under ../shared/datasets/stackexchange:
+one client per `OwnerUserId`; "the bodies were parsed into sentences, and any
+user with fewer than 100 sentences was expunged" (TFF's `load_data`
+documentation), so an example is one sentence of a post, with the features
+`tokens` (lower-cased, space-separated words and punctuation), and the post's
+`title`, `tags` ('|'-joined), `type` ('question' / 'answer'), `score` and
+`creation_date`; split in time into train / heldout / test. We build the same
+from the Stack Exchange dumps under ../shared/datasets/stackexchange:
 
 * every `*_Posts.xml` of the folder is read, and the two stackoverflow.com
   `.tsv` samples; clients are `<site>_<OwnerUserId>` (sites are disjoint
   user namespaces);
+* a body's text is cut into sentences after `.`, `!` or `?` followed by
+  white space, and at line breaks (paragraphs, list items, code lines);
+  users with fewer than `MIN_SENTENCES` sentences in all are left out;
 * posts up to the 80th percentile of creation dates are train, later ones
   test (TFF cut at 2018-01-01; these sites end earlier); 10 % of the train
   users, chosen by a stable hash of the client id, form `heldout`;
@@ -40,7 +45,13 @@ TSV_SOURCES = ('stackexchange/stackoverflow_sample_questions.tsv',
                'stackexchange/stackoverflow_sample_answers.tsv')
 TEST_QUANTILE = 0.8
 HELDOUT_PERCENT = 10
+MIN_SENTENCES = 100  # TFF's rule for a user to be kept.
+# Recorded in the cache's manifest: a cache made by another conversion (the
+# one example per post of before 2026-11-29) is rebuilt, and runs on it are
+# not resumed on this one.
+CONVERSION = f'one example per sentence; users with >= {MIN_SENTENCES}'
 _TOKEN = re.compile(r"[^\W_]+(?:'[^\W_]+)*|[^\w\s]", re.UNICODE)
+_SENTENCE_END = re.compile(r'(?<=[.!?])\s+|\n+')
 
 
 def xml_sources(source_dir: str) -> list[str]:
@@ -51,14 +62,15 @@ def xml_sources(source_dir: str) -> list[str]:
 
 
 def description(num_sites: int, num_clients: int, per_split: dict[str, int],
-                tokens: int) -> str:
+                num_sentences: int, tokens: int) -> str:
   """The cache's one-line description: what it holds, counted (a client
   with posts in several splits counts in each)."""
   return (f'Stack Exchange posts in Stack Overflow schema: {num_sites} sites, '
-          f'{num_clients:,} clients ({per_split.get("train", 0):,} with train, '
+          f'{num_clients:,} users with {MIN_SENTENCES}+ sentences '
+          f'({per_split.get("train", 0):,} with train, '
           f'{per_split.get("heldout", 0):,} heldout, {per_split.get("test", 0):,}'
-          f' with test posts), {tokens:,} tokens; not TFF\'s 342k-client Stack '
-          'Overflow')
+          f' with test posts), {num_sentences:,} sentences, {tokens:,} tokens; '
+          'not TFF\'s 342k-client Stack Overflow')
 
 
 class Post(NamedTuple):
@@ -81,13 +93,22 @@ class _TextOnly(html.parser.HTMLParser):
     self.parts.append(data)
 
 
-def tokenize(body_html: str) -> str:
-  """HTML body -> TFF-style tokens: lower case, words and punctuation apart."""
+def _text(body_html: str) -> str:
   parser = _TextOnly()
   parser.feed(body_html)
   parser.close()
-  text = html.unescape(' '.join(parser.parts)).lower()
-  return ' '.join(_TOKEN.findall(text))
+  return html.unescape(''.join(parser.parts)).lower()
+
+
+def tokenize(text: str) -> str:
+  """Text -> TFF-style tokens: lower case, words and punctuation apart."""
+  return ' '.join(_TOKEN.findall(text.lower()))
+
+
+def sentences(body_html: str) -> list[str]:
+  """HTML body -> its sentences' tokens, in order, empty ones dropped."""
+  parts = (tokenize(s) for s in _SENTENCE_END.split(_text(body_html)))
+  return [p for p in parts if p]
 
 
 def _tff_date(iso: str) -> str:
@@ -169,13 +190,27 @@ def word_counts(split_tokens: Iterable[tuple[str, str, str]]) -> list[
                 key=lambda wc: (-wc[1], wc[0]))
 
 
+def kept_users(examples: Iterable[tuple[str, Post, str]],
+               min_sentences: int) -> set[str]:
+  """The clients with at least `min_sentences` examples over all splits."""
+  counts = collections.Counter(p.client_id for _, p, _ in examples)
+  return {c for c, n in counts.items() if n >= min_sentences}
+
+
 def convert(xml_paths: list[str], tsv_paths: list[str], target_path: str,
-            word_count_path: str, info: dict[str, str] | None = None) -> None:
+            word_count_path: str, info: dict[str, str] | None = None,
+            min_sentences: int = MIN_SENTENCES) -> None:
   posts = [p for path in xml_paths for p in read_xml(path)]
   posts += [p for path in tsv_paths for p in read_tsv(path)]
   cutoff = test_cutoff(posts)
-  examples = [(split_of(p, cutoff), p, tokenize(p.body_html)) for p in posts]
-  examples = [e for e in examples if e[2]]
+  examples = [(split_of(p, cutoff), p, s) for p in posts
+              for s in sentences(p.body_html)]
+  kept = kept_users(examples, min_sentences)
+  if not kept:
+    raise sqlite_cache.SourceDataError(
+        f'no user with {min_sentences} or more sentences in '
+        f'{", ".join(xml_paths + tsv_paths)}')
+  examples = [e for e in examples if e[1].client_id in kept]
 
   rows = ((split, p.client_id, sqlite_cache.serialize_example({
       'creation_date': p.creation_date.encode(), 'score': p.score,
@@ -186,8 +221,8 @@ def convert(xml_paths: list[str], tsv_paths: list[str], target_path: str,
   clients = collections.Counter(
       split for split, _ in {(s, p.client_id) for s, p, _ in examples})
   sites = {p.client_id.rsplit('_', 1)[0] for p in posts}
-  text = description(len(sites), len({p.client_id for _, p, _ in examples}),
-                     dict(clients), sum(len(t.split()) for _, _, t in examples))
+  text = description(len(sites), len(kept), dict(clients), len(examples),
+                     sum(len(t.split()) for _, _, t in examples))
   with sqlite_cache.atomic_path(word_count_path) as tmp:
     with open(tmp, 'w', encoding='utf-8') as f:
       f.writelines(f'{w} {c}\n' for w, c in counts)

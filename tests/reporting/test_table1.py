@@ -126,17 +126,24 @@ def test_stack_overflow_target_follows_the_written_rule_on_its_corpus(
   path = tmp_path / 'baselines.json'
   path.write_text(json.dumps(baselines))
   monkeypatch.setattr(table1, 'SO_BASELINES', str(path))
+  earlier = dict(baselines, dataset='corpus B, by post', target=0.16)
+  (tmp_path / 'baselines_posts.json').write_text(json.dumps(earlier))
+  monkeypatch.setattr(table1, 'SO_BASELINES_EARLIER',
+                      str(tmp_path / 'baselines_*.json'))
   root = tmp_path / 'runs'
-  for corpus, row in (('corpus A', 'old'), ('corpus B', 'new')):
+  for corpus, row in (('corpus A', 'old'), ('corpus B', 'new'),
+                      ('corpus B, by post', 'posts')):
     run = _run(root, f'{row}_stackoverflow_baseline_fedavg_s0', [0.05, 0.2],
                algorithm='fedavg', seed=0, task='stackoverflow_nwp')
     (run / 'dataset.txt').write_text(corpus + '\n')
   targets = table1.row_targets(table1.load_runs(str(root)))
   assert targets['new_stackoverflow_baseline'] == [0.17]
+  assert targets['posts_stackoverflow_baseline'] == [0.16]
   assert targets['old_stackoverflow_baseline'] == [round(0.9 * 0.2, 4)]
-  text = table1.so_baselines_markdown(baselines)
+  text = table1.so_baselines_markdown(baselines, table1.so_baselines_earlier())
   assert '| bigram (the most frequent train successor of the last token) | ' \
          '0.1500 |' in text and '**0.1700**' in text
+  assert 'On corpus B, by post (data b) the same rule gave 0.1600' in text
 
 
 def test_budget_is_the_one_the_run_ended_with(tmp_path):

@@ -20,6 +20,8 @@ from tasks.offline import sqlite_cache
 from tasks.offline import stackoverflow
 from tests.conftest import SHARED_DATA
 
+CONVERSION = stackoverflow.CONVERSION
+
 
 def _npz():
   return np.load(os.path.join(SHARED_DATA, emnist.SOURCE))
@@ -117,10 +119,22 @@ def test_stackoverflow_word_counts_are_train_user_counts(cache_dir):
       (w, int(c)) for w, c in counts[:3]]
 
 
-def test_tokenize_matches_tff_style():
-  assert stackoverflow.tokenize(
-      '<p>How do I <code>git push</code>? It&#39;s  "fine".</p>') == (
-          'how do i git push ? it\'s " fine " .')
+def test_bodies_are_cut_into_tff_style_sentences():
+  assert stackoverflow.sentences(
+      '<p>How do I <code>git push</code>? It&#39;s  "fine".</p>') == [
+          'how do i git push ?', 'it\'s " fine " .']
+  # A point inside a word does not end a sentence; a line break does.
+  assert stackoverflow.sentences(
+      '<p>Use v3.5 of numpy.linalg</p>\n<pre><code>x = 1\ny = 2\n'
+      '</code></pre>') == ['use v3 . 5 of numpy . linalg', 'x = 1', 'y = 2']
+
+
+def test_users_are_kept_by_their_sentences_over_all_splits():
+  post = lambda client: stackoverflow.Post(
+      client, '2010-01-08 16:49:34.85 UTC', 'answer', '', '', 0, '')
+  examples = ([('train', post('a'), 's')] * 2 + [('test', post('a'), 's')] +
+              [('train', post('b'), 's')] * 2)
+  assert stackoverflow.kept_users(examples, 3) == {'a'}
 
 
 def test_word_counts_count_train_users_once():
@@ -186,15 +200,16 @@ def _small_stackexchange(root, sites) -> str:
 
 
 def test_stackoverflow_reads_every_site_and_rebuilds_when_sources_change(
-    tmp_path):
+    tmp_path, monkeypatch):
   source = _small_stackexchange(tmp_path / 'src', ['coffee_meta_Posts.xml'])
   cache = str(tmp_path / 'cache')
   said = []
   path = prepare.prepare(source, cache, ['stackoverflow'], said.append)[0]
   assert said == [f'converting stackoverflow into {path}: not built yet']
   label = sqlite_cache.read_description(path)
+  # coffee_meta and the .tsv samples; 6 of their users write 100+ sentences.
   assert label.startswith('Stack Exchange posts in Stack Overflow schema: '
-                          '2 sites, ')  # coffee_meta and the .tsv samples.
+                          '2 sites, 6 users with 100+ sentences')
   first = prepare.fingerprint(path)
   # Unchanged: left alone, nothing said.
   before = os.stat(path).st_mtime_ns
@@ -219,7 +234,14 @@ def test_stackoverflow_reads_every_site_and_rebuilds_when_sources_change(
     f.truncate()
   prepare.prepare(source, cache, ['stackoverflow'], said.append)
   assert said[-1].endswith('1 changed (coffee_meta_Posts.xml)')
-  assert prepare.fingerprint(path) not in (first, None)
+  second = prepare.fingerprint(path)
+  assert second not in (first, None)
+  # The conversion changed, the sources not: rebuilt, saying so.
+  monkeypatch.setattr(stackoverflow, 'CONVERSION', 'another conversion')
+  prepare.prepare(source, cache, ['stackoverflow'], said.append)
+  assert said[-1].endswith(
+      f'the conversion changed (was {CONVERSION}, now another conversion)')
+  assert prepare.fingerprint(path) not in (first, second, None)
 
 
 def test_interrupted_write_leaves_no_file(tmp_path):
