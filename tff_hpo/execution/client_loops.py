@@ -26,11 +26,11 @@ tf.data's default graph rewrites are off too: they run whenever an iterator
 is made, so for every client in every round, and on datasets of a few dozen
 examples they cost more than they save (`without_tf_data_tuning`).
 
-Stack Overflow (23-site corpus, authors' pipeline, 50 clients), one core,
-Eigen's kernels, rounds 2-4 of one run each, beside a niced run: FedAvg
-35.1 s a round with `reduce`, 20.8 s with the loop; FATHOM 47.3 s and
-28.4 s (NOTES.md, thirty-seventh session; the quiet measurement is
-`benchmarks/results/round_time_stackoverflow_23sites_iterator_loop.*`).
+Stack Overflow (23-site corpus, one example per post, authors' pipeline,
+50 clients), one core, Eigen's kernels, rounds 2-4 of one run each, beside
+a niced run: FedAvg 35.1 s a round with `reduce`, 20.8 s with the loop;
+FATHOM 47.3 s and 28.4 s (NOTES.md, thirty-seventh session; the quiet
+measurement is `benchmarks/results/round_time_stackoverflow_23sites_iterator_loop.*`).
 The same batches reach the same ops: 4 EMNIST rounds of FedAvg were equal
 in every metric; FATHOM's phi_i differed in the 8th digit in one round
 (Grappler optimises a reduce function and a loop body apart).

@@ -7,8 +7,8 @@ each: only the order of the floating-point sums differs (accuracies are
 ratios of integer counts, exact in float32 below 2**24 examples). It is far
 cheaper: the worker instantiates the evaluation's functions again for every
 client. Measured on an AVX-512 machine, one core beside a niced run,
-Eigen's kernels: 60 Stack Overflow test clients took 39 s one per client
-and 15 s pooled (all 1,525 pooled: 128 s); 60 EMNIST ones 8.0 s and 2.1 s.
+Eigen's kernels: 60 Stack Overflow test clients (one example per post)
+took 39 s one per client and 15 s pooled (all 1,525 pooled: 128 s); 60 EMNIST ones 8.0 s and 2.1 s.
 Looping over the pooled dataset's iterator rather than a reduce
 (`tff_hpo/execution/client_loops.py`) took all 1,525 from 84 s to 39 s.
 `tests/rounds/test_evaluation.py` checks the equality against TFF's
