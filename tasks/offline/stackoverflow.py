@@ -13,7 +13,8 @@ from the Stack Exchange dumps under ../shared/datasets/stackexchange:
   `.tsv` samples; clients are `<site>_<OwnerUserId>` (sites are disjoint
   user namespaces);
 * a body's text is cut into sentences after `.`, `!` or `?` followed by
-  white space, and at line breaks (paragraphs, list items, code lines);
+  white space, at line breaks (code lines) and at block elements
+  (paragraphs, list items, `<br>`);
   users with fewer than `MIN_SENTENCES` sentences in all are left out;
 * posts up to the 80th percentile of creation dates are train, later ones
   test (TFF cut at 2018-01-01; these sites end earlier); 10 % of the train
@@ -49,7 +50,12 @@ MIN_SENTENCES = 100  # TFF's rule for a user to be kept.
 # Recorded in the cache's manifest: a cache made by another conversion (the
 # one example per post of before 2026-11-29) is rebuilt, and runs on it are
 # not resumed on this one.
-CONVERSION = f'one example per sentence; users with >= {MIN_SENTENCES}'
+CONVERSION = (f'one example per sentence, block tags ending one; users with '
+              f'>= {MIN_SENTENCES}')
+# HTML elements whose text starts or ends a line: their words never run on.
+_BLOCK_TAGS = frozenset({'blockquote', 'br', 'div', 'h1', 'h2', 'h3', 'h4',
+                         'h5', 'h6', 'hr', 'li', 'ol', 'p', 'pre', 'td', 'tr',
+                         'ul'})
 _TOKEN = re.compile(r"[^\W_]+(?:'[^\W_]+)*|[^\w\s]", re.UNICODE)
 _SENTENCE_END = re.compile(r'(?<=[.!?])\s+|\n+')
 
@@ -91,6 +97,14 @@ class _TextOnly(html.parser.HTMLParser):
 
   def handle_data(self, data: str) -> None:
     self.parts.append(data)
+
+  def handle_starttag(self, tag: str, attrs: list) -> None:
+    if tag in _BLOCK_TAGS:
+      self.parts.append('\n')
+
+  def handle_endtag(self, tag: str) -> None:
+    if tag in _BLOCK_TAGS:
+      self.parts.append('\n')
 
 
 def _text(body_html: str) -> str:

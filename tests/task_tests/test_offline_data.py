@@ -123,10 +123,13 @@ def test_bodies_are_cut_into_tff_style_sentences():
   assert stackoverflow.sentences(
       '<p>How do I <code>git push</code>? It&#39;s  "fine".</p>') == [
           'how do i git push ?', 'it\'s " fine " .']
-  # A point inside a word does not end a sentence; a line break does.
+  # A point inside a word does not end a sentence; a line break or a block
+  # element does, and an inline one joins.
   assert stackoverflow.sentences(
-      '<p>Use v3.5 of numpy.linalg</p>\n<pre><code>x = 1\ny = 2\n'
-      '</code></pre>') == ['use v3 . 5 of numpy . linalg', 'x = 1', 'y = 2']
+      '<p>Use v3.<b>5</b> of numpy.linalg</p><pre><code>x = 1\ny = 2\n'
+      '</code></pre><ul><li>one</li><li>two<br>three</li></ul>') == [
+          'use v3 . 5 of numpy . linalg', 'x = 1', 'y = 2', 'one', 'two',
+          'three']
 
 
 def test_users_are_kept_by_their_sentences_over_all_splits():
