@@ -137,6 +137,12 @@ _MODEL_INIT = flags.DEFINE_enum(
     list(config_lib.MODEL_INITS),
     'EMNIST: the CNN\'s initial kernels: keras (TFF\'s task: Glorot uniform) '
     'or fedjax (Haiku\'s default, as FedJAX\'s EMNIST model).')
+_LOSS = flags.DEFINE_enum(
+    'stackoverflow_loss', config_lib.ExperimentConfig.stackoverflow_loss,
+    list(config_lib.LOSSES),
+    'Stack Overflow: tff (the task\'s loss, every position averaged, padding '
+    'included) or fedjax (padding masked, each sentence\'s sum / 13.3, as '
+    'FedJAX\'s STACKOVERFLOW_WORD).')
 _BATCHING = flags.DEFINE_enum(
     'client_batching', config_lib.ExperimentConfig.client_batching,
     list(config_lib.CLIENT_BATCHINGS),
@@ -229,6 +235,7 @@ def config_from_flags() -> config_lib.ExperimentConfig:
       offline_data_dir=_OFFLINE.value,
       emnist_invert_pixels=_INVERT.value,
       emnist_model_init=_MODEL_INIT.value, client_batching=_BATCHING.value,
+      stackoverflow_loss=_LOSS.value,
       reshuffle_each_round=_RESHUFFLE.value,
       fresh_dropout_masks=_FRESH_DROPOUT.value,
       early_stop_accuracy=_STOP_ACCURACY.value,

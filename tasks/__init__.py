@@ -23,6 +23,7 @@ from tasks import client_examples
 from tff_hpo.execution import client_loops
 from tasks import dropout_masks
 from tasks import initializers
+from tasks import sentence_loss
 from tasks import emnist
 from tasks import shakespeare
 from tasks import stackoverflow
@@ -149,7 +150,8 @@ def load(name: str, *, batch_size: int, epochs: int,
          seed: Optional[int], per_example: bool = False,
          invert_pixels: bool = False, model_init: str = 'keras',
          batching: str = 'tff',
-         fresh_dropout_masks: bool = False) -> LoadedTask:
+         fresh_dropout_masks: bool = False,
+         loss: str = 'tff') -> LoadedTask:
   """Converts offline data if given, then builds the task with TFF's code.
 
   With `per_example`, TFF's train preprocessing runs with batches of one and
@@ -165,7 +167,8 @@ def load(name: str, *, batch_size: int, epochs: int,
   `shuffle_repeat_batch` (`client_examples.shuffle_repeat_batches`; for
   pre-batched data, those clients that batch their own take the setting).
   `fresh_dropout_masks` draws dropout masks from each layer's input
-  (`tasks/dropout_masks.py`).
+  (`tasks/dropout_masks.py`). `loss='fedjax'` (Stack Overflow only) trains
+  on FedJAX's sentence loss (`tasks/sentence_loss.py`).
   """
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
   from tasks.offline import prepare  # pylint: disable=g-import-not-at-top
@@ -208,7 +211,12 @@ def load(name: str, *, batch_size: int, epochs: int,
           data.eval_preprocess_fn, None, graph_seed)))
   if invert_pixels:
     label += '; pixels inverted (1 - x, background 0) as in FedJAX'
-  model_fn = seeded_model_fn(baseline.model_fn, seed)
+  model_fn = baseline.model_fn
+  if loss == 'fedjax':
+    model_fn = sentence_loss.with_fedjax_loss(model_fn)
+    label += ('; training loss as FedJAX\'s (padding masked, sentence sums '
+              f'/ {sentence_loss.FEDJAX_EXPECTED_LENGTH})')
+  model_fn = seeded_model_fn(model_fn, seed)
   if model_init == 'fedjax':
     model_fn = initializers.fedjax_kernels(model_fn, seed)
     label += '; initial kernels as FedJAX\'s Haiku model'

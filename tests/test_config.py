@@ -81,6 +81,17 @@ def test_emnist_only_settings(tmp_path, flag):
     _resolve(tmp_path, task='shakespeare', **{flag: True})
 
 
+def test_fedjax_loss_is_stack_overflow_only(tmp_path):
+  assert _resolve(tmp_path, task='stackoverflow_nwp',
+                  stackoverflow_loss='fedjax').stackoverflow_loss == 'fedjax'
+  with pytest.raises(config_lib.ConfigError, match='^--stackoverflow_loss: '
+                     'expected "tff" unless --task=stackoverflow_nwp'):
+    _resolve(tmp_path, stackoverflow_loss='fedjax')
+  with pytest.raises(config_lib.ConfigError,
+                     match="^--stackoverflow_loss: expected one of"):
+    _resolve(tmp_path, task='stackoverflow_nwp', stackoverflow_loss='mean')
+
+
 @pytest.mark.parametrize('field, value', [
     ('server_optimizer', 'adam'), ('server_learning_rate', 0.5),
     ('fedexp_epsilon', -0.1)])

@@ -18,6 +18,7 @@ from tff_hpo.execution import runtime  # Standard library only at import.
 SERVER_OPTIMIZERS = ('sgd', 'sgdm', 'adam', 'yogi', 'adagrad')
 MODEL_INITS = ('keras', 'fedjax')
 CLIENT_BATCHINGS = ('tff', 'fedjax')
+LOSSES = ('tff', 'fedjax')
 
 
 class ConfigError(ValueError):
@@ -61,6 +62,10 @@ class ExperimentConfig:
   # partial last batch) or FedJAX's shuffle-repeat (ceil(E n / B) full
   # batches, the last topped up from a reshuffled next pass).
   client_batching: str = 'tff'
+  # Stack Overflow's training loss: TFF's task's (cross-entropy averaged over
+  # every position, padding included) or FedJAX's (padding masked, each
+  # sentence's sum / 13.3; `tasks/sentence_loss.py`).
+  stackoverflow_loss: str = 'tff'
   # A client's example order and (EMNIST) dropout masks new in every round,
   # as FedJAX's: drawn from (seed, round, client), so a rerun repeats them.
   # Off: one order and one set of masks per client, the same whenever it is
@@ -216,6 +221,11 @@ def resolve(config: ExperimentConfig, task_names: tuple[str, ...],
            config.emnist_model_init)
   _require(config.client_batching in CLIENT_BATCHINGS, 'client_batching',
            f'one of {CLIENT_BATCHINGS}', config.client_batching)
+  _require(config.stackoverflow_loss in LOSSES, 'stackoverflow_loss',
+           f'one of {LOSSES}', config.stackoverflow_loss)
+  _require(config.stackoverflow_loss == 'tff' or
+           config.task == 'stackoverflow_nwp', 'stackoverflow_loss',
+           '"tff" unless --task=stackoverflow_nwp', config.stackoverflow_loss)
   _require(not config.fresh_dropout_masks or config.task == 'emnist_cr',
            'fresh_dropout_masks', 'only with --task=emnist_cr (the one '
            'task whose model has dropout)', config.task)

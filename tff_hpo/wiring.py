@@ -90,7 +90,8 @@ def build(config: config_lib.ExperimentConfig) -> Wiring:
       seed=config.seed, per_example=spec.per_example_data,
       invert_pixels=config.emnist_invert_pixels,
       model_init=config.emnist_model_init, batching=config.client_batching,
-      fresh_dropout_masks=config.fresh_dropout_masks)
+      fresh_dropout_masks=config.fresh_dropout_masks,
+      loss=config.stackoverflow_loss)
   data = task.baseline.datasets
   train = train_data(task, spec.per_example_data)
   dataset_computation, data_keys = data_computation(task, train, config,

@@ -1,6 +1,7 @@
 """The authors' pipeline's FedJAX options: initial kernels as Haiku draws
-them (`tasks/initializers.py`) and FedJAX's shuffle-repeat batches
-(`tasks/client_examples.py`, `local_training`'s `full_batches`).
+them (`tasks/initializers.py`), FedJAX's shuffle-repeat batches
+(`tasks/client_examples.py`, `local_training`'s `full_batches`) and
+FedJAX's Stack Overflow loss (`tasks/sentence_loss.py`).
 
 Checked against written constants of the distributions and batch counts,
 and, where the FedJAX environment exists (`make fedjax-env`), against
@@ -20,8 +21,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import tasks
 from tasks import client_examples
 from tasks import initializers
+from tasks import sentence_loss
 from tff_hpo.algorithms import model_init
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
@@ -30,6 +33,54 @@ FEDJAX_PYTHON = os.path.join(ROOT, '.venv-fedjax', 'bin', 'python')
 needs_fedjax = pytest.mark.skipif(
     not os.access(FEDJAX_PYTHON, os.X_OK),
     reason='no FedJAX environment (make fedjax-env) to compare with')
+
+def _sentence_losses_reference(targets: np.ndarray, logits: np.ndarray,
+                               length: float) -> np.ndarray:
+  """FedJAX's train_loss, one token at a time."""
+  out = np.zeros(targets.shape[0])
+  for i, j in np.ndindex(targets.shape):
+    if targets[i, j] != sentence_loss.PAD:
+      row = logits[i, j].astype(np.float64)
+      log_z = row.max() + np.log(np.exp(row - row.max()).sum())
+      out[i] += (log_z - row[targets[i, j]]) / length
+  return out
+
+
+def test_sentence_losses_mask_padding_and_scale_sums():
+  rng = np.random.default_rng(0)
+  logits = rng.normal(size=(3, 5, 7)).astype(np.float32) * 3
+  targets = np.array([[4, 2, 6, 0, 0], [1, 1, 1, 1, 1], [0, 0, 0, 0, 0]])
+  got = sentence_loss.sentence_losses(targets, logits).numpy()
+  np.testing.assert_allclose(
+      got, _sentence_losses_reference(targets, logits, 13.3), rtol=1e-5)
+  assert got[2] == 0.0  # All padding: nothing to learn.
+
+
+def test_stackoverflow_model_trains_on_the_loss_it_was_given(cache_dir):
+  from tests.conftest import SHARED_DATA  # pylint: disable=g-import-not-at-top
+  losses = {}
+  for loss in ('tff', 'fedjax'):
+    task = tasks.load('stackoverflow_nwp', batch_size=4, epochs=1,
+                      max_examples=4, cache_dir=cache_dir,
+                      offline_data_dir=SHARED_DATA, seed=0, loss=loss)
+    data = task.baseline.datasets
+    x, y = next(iter(data.train_preprocess_fn(
+        data.train_data.create_tf_dataset_for_client(
+            data.train_data.client_ids[0]))))
+    model = task.model_fn()  # Kept: forward_pass holds it weakly.
+    out = model.forward_pass((x, y), training=False)
+    losses[loss] = (float(out.loss), out.predictions.numpy(), y.numpy())
+    assert ('FedJAX' in task.dataset_label) == (loss == 'fedjax')
+  loss, logits, targets = losses['fedjax']
+  assert (targets == sentence_loss.PAD).any()  # Short sentences, padded.
+  np.testing.assert_allclose(loss, np.mean(_sentence_losses_reference(
+      targets, logits, sentence_loss.FEDJAX_EXPECTED_LENGTH)), rtol=1e-5)
+  # TFF's task: the mean over every position, padding included.
+  loss, logits, targets = losses['tff']
+  log_z = np.log(np.exp(logits.astype(np.float64)).sum(-1))
+  picked = np.take_along_axis(logits, targets[..., None], -1)[..., 0]
+  np.testing.assert_allclose(loss, np.mean(log_z - picked), rtol=1e-5)
+
 
 # (shape, fan_in) of the EMNIST CNN's kernels.
 KERNELS = (((3, 3, 1, 32), 9), ((3, 3, 32, 64), 288), ((9216, 128), 9216),
