@@ -132,12 +132,14 @@ def test_stack_overflow_target_follows_the_written_rule_on_its_corpus(
                       str(tmp_path / 'baselines_*.json'))
   root = tmp_path / 'runs'
   for corpus, row in (('corpus A', 'old'), ('corpus B', 'new'),
-                      ('corpus B, by post', 'posts')):
+                      ('corpus B, by post', 'posts'),
+                      ("corpus B; training loss as FedJAX's", 'fedjaxloss')):
     run = _run(root, f'{row}_stackoverflow_baseline_fedavg_s0', [0.05, 0.2],
                algorithm='fedavg', seed=0, task='stackoverflow_nwp')
     (run / 'dataset.txt').write_text(corpus + '\n')
   targets = table1.row_targets(table1.load_runs(str(root)))
   assert targets['new_stackoverflow_baseline'] == [0.17]
+  assert targets['fedjaxloss_stackoverflow_baseline'] == [0.17]
   assert targets['posts_stackoverflow_baseline'] == [0.16]
   assert targets['old_stackoverflow_baseline'] == [round(0.9 * 0.2, 4)]
   text = table1.so_baselines_markdown(baselines, table1.so_baselines_earlier())

@@ -380,8 +380,11 @@ def row_targets(runs: Sequence[RunInfo]) -> dict[str, list[float]]:
       targets[row] = list(EMNIST_TARGETS)
     else:
       dataset = next(r.dataset for r in runs if r.row == row)
+      # A run's label is the corpus' description, then its pipeline's
+      # options ('; training loss as FedJAX's ...').
       ruled = [b['target'] for b in [so_baselines()] + so_baselines_earlier()
-               if b and b['dataset'] == dataset]
+               if b and (dataset == b['dataset'] or
+                         dataset.startswith(b['dataset'] + ';'))]
       if ruled:
         targets[row] = ruled[:1]
         continue
