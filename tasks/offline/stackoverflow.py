@@ -111,7 +111,7 @@ def _text(body_html: str) -> str:
   parser = _TextOnly()
   parser.feed(body_html)
   parser.close()
-  return html.unescape(''.join(parser.parts)).lower()
+  return html.unescape(''.join(parser.parts))
 
 
 def tokenize(text: str) -> str:

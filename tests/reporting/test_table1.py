@@ -126,17 +126,22 @@ def test_stack_overflow_target_follows_the_written_rule_on_its_corpus(
   path = tmp_path / 'baselines.json'
   path.write_text(json.dumps(baselines))
   monkeypatch.setattr(table1, 'SO_BASELINES', str(path))
-  earlier = dict(baselines, dataset='corpus B, by post', target=0.16)
+  earlier = dict(baselines, dataset='corpus B, by post', data_fingerprint='p',
+                 target=0.16)
   (tmp_path / 'baselines_posts.json').write_text(json.dumps(earlier))
   monkeypatch.setattr(table1, 'SO_BASELINES_EARLIER',
                       str(tmp_path / 'baselines_*.json'))
   root = tmp_path / 'runs'
-  for corpus, row in (('corpus A', 'old'), ('corpus B', 'new'),
-                      ('corpus B, by post', 'posts'),
-                      ("corpus B; training loss as FedJAX's", 'fedjaxloss')):
+  for corpus, fingerprint, row in (
+      ('corpus A', None, 'old'), ('corpus B', 'b', 'new'),
+      ('corpus B, by post', 'p', 'posts'),
+      ("corpus B; training loss as FedJAX's", 'b', 'fedjaxloss')):
     run = _run(root, f'{row}_stackoverflow_baseline_fedavg_s0', [0.05, 0.2],
                algorithm='fedavg', seed=0, task='stackoverflow_nwp')
     (run / 'dataset.txt').write_text(corpus + '\n')
+    config = json.loads((run / 'config.json').read_text())
+    (run / 'config.json').write_text(json.dumps(
+        dict(config, data_fingerprint=fingerprint)))
   targets = table1.row_targets(table1.load_runs(str(root)))
   assert targets['new_stackoverflow_baseline'] == [0.17]
   assert targets['fedjaxloss_stackoverflow_baseline'] == [0.17]
@@ -145,7 +150,7 @@ def test_stack_overflow_target_follows_the_written_rule_on_its_corpus(
   text = table1.so_baselines_markdown(baselines, table1.so_baselines_earlier())
   assert '| bigram (the most frequent train successor of the last token) | ' \
          '0.1500 |' in text and '**0.1700**' in text
-  assert 'On corpus B, by post (data b) the same rule gave 0.1600' in text
+  assert 'On corpus B, by post (data p) the same rule gave 0.1600' in text
 
 
 def test_budget_is_the_one_the_run_ended_with(tmp_path):

@@ -91,6 +91,7 @@ class RunInfo:
   dataset: str
   closed: Optional[str] = None  # Why it was closed short of its plan.
   planned: Optional[int] = None  # The budget it was started with.
+  data_fingerprint: Optional[str] = None  # None: a run from before them.
 
 
 def load_runs(root: str) -> list[RunInfo]:
@@ -122,7 +123,8 @@ def load_runs(root: str) -> list[RunInfo]:
     budget = status.get('total_rounds', config['total_rounds'])
     runs.append(RunInfo(name, row, config['algorithm'], config['seed'],
                         config['task'], frame, ended, budget, dataset,
-                        closed, config['total_rounds']))
+                        closed, config['total_rounds'],
+                        config.get('data_fingerprint')))
   return runs
 
 
@@ -374,19 +376,18 @@ def rerun_markdown(runs: Sequence[RunInfo],
 
 def row_targets(runs: Sequence[RunInfo]) -> dict[str, list[float]]:
   targets = {}
+  # The written rule's target for each corpus it was computed on.
+  ruled = {b['data_fingerprint']: b['target']
+           for b in [so_baselines()] + so_baselines_earlier() if b}
   for row in {r.row for r in runs}:
     task = next(r.task for r in runs if r.row == row)
     if task == 'emnist_cr':
       targets[row] = list(EMNIST_TARGETS)
     else:
+      fingerprint = next(r.data_fingerprint for r in runs if r.row == row)
       dataset = next(r.dataset for r in runs if r.row == row)
-      # A run's label is the corpus' description, then its pipeline's
-      # options ('; training loss as FedJAX's ...').
-      ruled = [b['target'] for b in [so_baselines()] + so_baselines_earlier()
-               if b and (dataset == b['dataset'] or
-                         dataset.startswith(b['dataset'] + ';'))]
-      if ruled:
-        targets[row] = ruled[:1]
+      if fingerprint in ruled:
+        targets[row] = [ruled[fingerprint]]
         continue
       pipeline = row.split('_')[0]
       target = so_target([r for r in runs if r.row.startswith(pipeline)
