@@ -65,7 +65,8 @@ benchmark-peers: data peers-env
 
 # FedJAX 0.0.17 in an environment of its own, for the cross-check against
 # FedJAX's FedAvg and the FATHOM authors' code (benchmarks/fedjax_crosscheck);
-# outside `setup`, CI and the tests (about 700 MB).
+# outside `setup`, CI and the tests (about 2 GB: FedJAX's Stack Overflow
+# tokenizer needs TensorFlow).
 FEDJAX_VENV := .venv-fedjax
 fedjax-env: $(FEDJAX_VENV)/.installed
 

@@ -137,6 +137,12 @@ _MODEL_INIT = flags.DEFINE_enum(
     list(config_lib.MODEL_INITS),
     'EMNIST: the CNN\'s initial kernels: keras (TFF\'s task: Glorot uniform) '
     'or fedjax (Haiku\'s default, as FedJAX\'s EMNIST model).')
+_SO_MODEL_INIT = flags.DEFINE_enum(
+    'stackoverflow_model_init',
+    config_lib.ExperimentConfig.stackoverflow_model_init,
+    list(config_lib.MODEL_INITS),
+    'Stack Overflow: the LSTM model\'s initial weights: keras (TFF\'s task) '
+    'or fedjax (Haiku\'s defaults, as FedJAX\'s STACKOVERFLOW_WORD model).')
 _LOSS = flags.DEFINE_enum(
     'stackoverflow_loss', config_lib.ExperimentConfig.stackoverflow_loss,
     list(config_lib.LOSSES),
@@ -236,6 +242,7 @@ def config_from_flags() -> config_lib.ExperimentConfig:
       emnist_invert_pixels=_INVERT.value,
       emnist_model_init=_MODEL_INIT.value, client_batching=_BATCHING.value,
       stackoverflow_loss=_LOSS.value,
+      stackoverflow_model_init=_SO_MODEL_INIT.value,
       reshuffle_each_round=_RESHUFFLE.value,
       fresh_dropout_masks=_FRESH_DROPOUT.value,
       early_stop_accuracy=_STOP_ACCURACY.value,

@@ -161,8 +161,9 @@ def load(name: str, *, batch_size: int, epochs: int,
   epoch), in an order `seed` fixes, as it does the test examples' order
   (`tasks/client_examples.py`).
   `invert_pixels` (EMNIST only) feeds 1 - pixels, as the FATHOM authors'
-  FedJAX pipeline does; `model_init='fedjax'` (EMNIST only) draws the CNN's
-  kernels as FedJAX's Haiku model (`tasks/initializers.py`).
+  FedJAX pipeline does; `model_init='fedjax'` draws the EMNIST CNN's kernels,
+  or the Stack Overflow LSTM model's weights, as FedJAX's Haiku models draw
+  them (`tasks/initializers.py`).
   `batching='fedjax'` batches the train data as FedJAX's
   `shuffle_repeat_batch` (`client_examples.shuffle_repeat_batches`; for
   pre-batched data, those clients that batch their own take the setting).
@@ -217,7 +218,10 @@ def load(name: str, *, batch_size: int, epochs: int,
     label += ('; training loss as FedJAX\'s (padding masked, sentence sums '
               f'/ {sentence_loss.FEDJAX_EXPECTED_LENGTH})')
   model_fn = seeded_model_fn(model_fn, seed)
-  if model_init == 'fedjax':
+  if model_init == 'fedjax' and name == 'stackoverflow_nwp':
+    model_fn = initializers.fedjax_lstm_weights(model_fn, seed)
+    label += '; initial weights as FedJAX\'s Haiku model'
+  elif model_init == 'fedjax':
     model_fn = initializers.fedjax_kernels(model_fn, seed)
     label += '; initial kernels as FedJAX\'s Haiku model'
   if batching == 'fedjax':

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 from typing import Any, Callable, Optional
 
 import tensorflow as tf
@@ -66,3 +67,57 @@ def fedjax_kernels(model_fn: Callable[[], Any],
   """`model_fn` with Haiku's default kernels, each seeded from `seed`."""
   base = 1000 * (seed or 0)
   return with_kernels_from(model_fn, lambda i: haiku_default(base + i))
+
+
+def _haiku_lstm_stddev(name: str, shape: tuple[int, ...], scope: str,
+                       cell_inputs: dict[str, int]) -> Optional[float]:
+  """The stddev Haiku draws a Stack Overflow LSTM model's weight with (None:
+  the weight keeps Keras' own initialiser)."""
+  if name == 'embeddings':
+    return 1.0  # hk.Embed: TruncatedNormal(stddev=1).
+  if scope.endswith('lstm_cell') and name in ('kernel', 'recurrent_kernel'):
+    # hk.LSTM is one hk.Linear(4 units) over [x, h]: fan_in = inputs + units.
+    if name == 'kernel':
+      cell_inputs[scope] = shape[0]
+    return 1 / math.sqrt(cell_inputs[scope] + shape[1] // 4)
+  if name == 'kernel':
+    return 1 / math.sqrt(shape[0])  # hk.Linear's default.
+  return None
+
+
+def fedjax_lstm_weights(model_fn: Callable[[], Any],
+                        seed: Optional[int]) -> Callable[[], Any]:
+  """`model_fn` (TFF's Stack Overflow LSTM) with its weights drawn as
+  FedJAX's `create_lstm_model` (Haiku's defaults) draws them: the embedding
+  from a truncated normal of stddev 1 (`hk.Embed`), the LSTM's input and
+  recurrent kernels of stddev 1 / sqrt(inputs + units) (`hk.LSTM` is one
+  `hk.Linear` over the input and the state), each dense kernel of stddev
+  1 / sqrt(fan_in) (`hk.Linear`), all truncated at +-2 stddev; Keras'
+  TruncatedNormal draws exactly that. Biases stay Keras': zeros, and ones for
+  the LSTM's forget gate, where Haiku starts the bias at zero and adds 1 to
+  the gate in the forward pass, the same function and gradient. Each weight
+  seeded from `seed` in creation order."""
+  base = 1000 * (seed or 0)
+
+  def fn():
+    counter = itertools.count()
+    cell_inputs: dict[str, int] = {}
+
+    def creator(next_creator, **kwargs):
+      value = kwargs.get('initial_value')
+      if (isinstance(value, functools.partial) and
+          isinstance(value.func, tf.keras.initializers.Initializer)):
+        shape = tuple(int(d) for d in value.args[0])
+        stddev = _haiku_lstm_stddev(kwargs.get('name', ''), shape,
+                                    tf.get_current_name_scope(), cell_inputs)
+        if stddev is not None:
+          kwargs['initial_value'] = functools.partial(
+              tf.keras.initializers.TruncatedNormal(
+                  stddev=stddev, seed=base + next(counter)),
+              *value.args, **value.keywords)
+      return next_creator(**kwargs)
+
+    with tf.variable_creator_scope(creator):
+      return model_fn()
+
+  return fn

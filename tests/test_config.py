@@ -25,6 +25,20 @@ def test_task_defaults_fill_unset_fields(tmp_path):
   assert cfg.experiment_name == 'stackoverflow_nwp_fedavg_s0'
 
 
+def test_fedjax_lstm_init_is_stack_overflow_only(tmp_path):
+  assert _resolve(tmp_path, task='stackoverflow_nwp',
+                  stackoverflow_model_init='fedjax'
+                  ).stackoverflow_model_init == 'fedjax'
+  with pytest.raises(config_lib.ConfigError,
+                     match='^--stackoverflow_model_init: expected "keras" '
+                     'unless --task=stackoverflow_nwp'):
+    _resolve(tmp_path, stackoverflow_model_init='fedjax')
+  with pytest.raises(config_lib.ConfigError,
+                     match='^--stackoverflow_model_init: expected one of'):
+    _resolve(tmp_path, task='stackoverflow_nwp',
+             stackoverflow_model_init='haiku')
+
+
 @pytest.mark.parametrize('field, value', [
     ('total_rounds', 0), ('clients_per_round', -1), ('client_batch_size', 0),
     ('client_epochs', 0), ('client_learning_rate', 0.0),

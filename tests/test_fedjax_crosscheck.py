@@ -17,6 +17,7 @@ import pytest
 from benchmarks.fedjax_crosscheck import compare
 from benchmarks.fedjax_crosscheck import femnist
 from benchmarks.fedjax_crosscheck import run_files
+from benchmarks.fedjax_crosscheck import stackoverflow
 from tests.conftest import ROOT
 from tests.conftest import SHARED_DATA
 from tff_hpo.reporting import comparison
@@ -51,11 +52,49 @@ def test_missing_npz_names_the_file(tmp_path):
     femnist.load(str(tmp_path / 'femnist_leaf_subset.npz'))
 
 
+def test_stackoverflow_sentences_are_those_the_tff_task_reads(cache_dir):
+  import tasks  # pylint: disable=g-import-not-at-top
+  train, test = stackoverflow.load(cache_dir, max_train_examples=128,
+                                   max_clients=3)
+  assert len(train) == len(test) == 3
+  data = tasks.load('stackoverflow_nwp', batch_size=4, epochs=1,
+                    max_examples=128, cache_dir=cache_dir,
+                    offline_data_dir=SHARED_DATA, seed=0
+                    ).baseline.datasets
+  for mine, theirs, cap in ((train, data.train_data, 128),
+                            (test, data.test_data, None)):
+    assert set(mine) <= set(theirs.client_ids)
+    for client_id, features in mine.items():
+      want = [e['tokens'].numpy() for e in
+              theirs.create_tf_dataset_for_client(client_id)][:cap]
+      assert list(features['tokens']) == want  # TFF's order, its cap.
+      assert set(features['type']) <= {b'question', b'answer'}
+  assert any(len(c['tokens']) == 128 for c in train.values())
+
+
+def test_stackoverflow_vocabulary_is_the_tff_tasks(cache_dir):
+  from tasks import stackoverflow as so_task  # pylint: disable=g-import-not-at-top
+  words = stackoverflow.vocab(cache_dir)
+  assert words == list(so_task.load_word_counts(
+      os.path.join(cache_dir, so_task.WORD_COUNT_FILENAME),
+      so_task.VOCAB_SIZE))
+  assert len(words) == stackoverflow.VOCAB_SIZE
+
+
+def test_stackoverflow_bad_cache_names_the_file(tmp_path):
+  with pytest.raises(FileNotFoundError, match='stackoverflow.sqlite.*make data'):
+    stackoverflow.load(str(tmp_path))
+  (tmp_path / stackoverflow.WORD_COUNT).write_text('a 3\nb 1\n')
+  with pytest.raises(ValueError, match='at least 10000 words, found 2'):
+    stackoverflow.vocab(str(tmp_path))
+
+
 def test_columns_are_the_projects_names():
   with open(os.path.join(TFF_RUN, 'metrics.csv')) as f:
     ours = next(csv.reader(f))
   hparams = {c for c, _ in comparison.HPARAMS}
-  assert set(run_files.COLUMNS) <= set(ours) | hparams
+  assert (set(run_files.COLUMNS) - set(run_files.FEDJAX_ONLY_COLUMNS)
+          <= set(ours) | hparams)
   with pytest.raises(ValueError):
     run_files.metrics_csv([{'round': 1, 'eval/acuracy': 0.5}])
 

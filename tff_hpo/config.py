@@ -58,6 +58,9 @@ class ExperimentConfig:
   # EMNIST: the CNN's initial kernels, Keras' (TFF's task) or drawn as
   # FedJAX's Haiku model draws them (`tasks/initializers.py`).
   emnist_model_init: str = 'keras'
+  # Stack Overflow: the LSTM model's initial weights, Keras' (TFF's task) or
+  # drawn as FedJAX's Haiku model draws them (`tasks/initializers.py`).
+  stackoverflow_model_init: str = 'keras'
   # How a client's examples become batches: TFF's (shuffle, E passes, a
   # partial last batch) or FedJAX's shuffle-repeat (ceil(E n / B) full
   # batches, the last topped up from a reshuffled next pass).
@@ -219,6 +222,13 @@ def resolve(config: ExperimentConfig, task_names: tuple[str, ...],
   _require(config.emnist_model_init == 'keras' or config.task == 'emnist_cr',
            'emnist_model_init', '"keras" unless --task=emnist_cr',
            config.emnist_model_init)
+  _require(config.stackoverflow_model_init in MODEL_INITS,
+           'stackoverflow_model_init', f'one of {MODEL_INITS}',
+           config.stackoverflow_model_init)
+  _require(config.stackoverflow_model_init == 'keras' or
+           config.task == 'stackoverflow_nwp', 'stackoverflow_model_init',
+           '"keras" unless --task=stackoverflow_nwp',
+           config.stackoverflow_model_init)
   _require(config.client_batching in CLIENT_BATCHINGS, 'client_batching',
            f'one of {CLIENT_BATCHINGS}', config.client_batching)
   _require(config.stackoverflow_loss in LOSSES, 'stackoverflow_loss',

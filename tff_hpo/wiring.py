@@ -89,7 +89,10 @@ def build(config: config_lib.ExperimentConfig) -> Wiring:
       cache_dir=config.cache_dir, offline_data_dir=config.offline_data_dir,
       seed=config.seed, per_example=spec.per_example_data,
       invert_pixels=config.emnist_invert_pixels,
-      model_init=config.emnist_model_init, batching=config.client_batching,
+      model_init=(config.stackoverflow_model_init
+                  if config.task == 'stackoverflow_nwp'
+                  else config.emnist_model_init),
+      batching=config.client_batching,
       fresh_dropout_masks=config.fresh_dropout_masks,
       loss=config.stackoverflow_loss)
   data = task.baseline.datasets

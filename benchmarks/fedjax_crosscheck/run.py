@@ -1,10 +1,12 @@
-"""FedJAX's FedAvg and the FATHOM authors' code on the FEMNIST subset.
+"""FedJAX's FedAvg and the FATHOM authors' code on the project's offline data.
 
   make fedjax-env     # once: .venv-fedjax with fedjax 0.0.17 (requirements.txt)
   .venv-fedjax/bin/python -m benchmarks.fedjax_crosscheck.run \
       --implementation=fedjax_fedavg --seed=0 [--rounds=300]
   .venv-fedjax/bin/python -m benchmarks.fedjax_crosscheck.run \
       --implementation=authors_fathom --fathom_repo=PATH --seed=0
+  .venv-fedjax/bin/python -m benchmarks.fedjax_crosscheck.run \
+      --task=stackoverflow_nwp --implementation=fedjax_fedavg --seed=0
 
 The reference the project's authors' pipeline is checked against, run by
 FedJAX itself, never by this project's code:
@@ -33,11 +35,28 @@ FedJAX itself, never by this project's code:
   every test client evaluated (`ModelFullEvaluationFn`) every
   `--rounds_per_eval` rounds.
 
+On Stack Overflow (`--task=stackoverflow_nwp`; `fedjax_fedavg` only): the
+sentences of the project's converted cache (`stackoverflow` module: each
+train client's first 128, every test client whole, the cache's first 10,000
+words as vocabulary) through FedJAX's own `stackoverflow.preprocess_client`
+and `StackoverflowTokenizer` (length 20), the STACKOVERFLOW_WORD model
+`create_lstm_model(expected_length=13.3)` of `fedjax.training.tasks`, and
+`fed_avg` at the FATHOM paper's Baseline_fso (client SGD 0.32, server SGD
+1.0, B 16, E 1, 50 clients a round). `eval/accuracy` is FedJAX's
+`SequenceTokenAccuracy` with padding, end-of-sentence and out-of-vocabulary
+targets masked, the definition of the project's Stack Overflow accuracy
+(TFF's `accuracy_without_out_of_vocab_or_end_of_sentence`);
+`eval/accuracy_fedjax_in_vocab` is FedJAX's own `accuracy_in_vocab` (OOV
+targets counted, and PAD, BOS, EOS and OOV never predicted); `eval/loss` the
+training loss on the test sentences (FedJAX's `sequence_loss` / 13.3).
+
 Seed s sets params_seed 4s + 1, train_sampler_seed 4s + 2 and
 client_batch_seed 4s + 4, so seed 0 is the flagfile's own 1, 2, 4. The one
 adaptation to the installed jax: `jax.tree_util.tree_multimap`, removed in
 jax 0.3.16, is set to `tree_map` (its replacement) before the authors' code
-is imported; the checkout itself is not changed.
+is imported; the checkout itself is not changed. Likewise `jax.numpy.NINF`,
+removed in jax 0.4, is set to `-inf` before FedJAX's Stack Overflow model is
+built.
 
 Each run writes `<output_root>/<implementation>_s<seed>/` (`run_files`), which
 `python -m tff_hpo.report` reads beside the project's runs. A stopped run
@@ -50,7 +69,7 @@ import os
 import pickle
 import platform
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 from absl import app
 from absl import flags
@@ -58,19 +77,30 @@ from absl import flags
 from benchmarks.fedjax_crosscheck import authors_code
 from benchmarks.fedjax_crosscheck import femnist
 from benchmarks.fedjax_crosscheck import run_files
+from benchmarks.fedjax_crosscheck import stackoverflow
 from tff_hpo.runs import run_status
 
 IMPLEMENTATIONS = ('fedjax_fedavg', 'fedjax_fedavg_processed_weights',
                    'authors_fathom', 'authors_fathom_eta_h0')
 _IMPLEMENTATION = flags.DEFINE_enum('implementation', None, IMPLEMENTATIONS,
                                     'Which reference to run.')
+TASKS = ('emnist_cr', 'stackoverflow_nwp')
+_TASK = flags.DEFINE_enum('task', 'emnist_cr', TASKS, 'Which data and model.')
 _SEED = flags.DEFINE_integer('seed', 0, 'Run seed (see the module doc).')
-_ROUNDS = flags.DEFINE_integer('rounds', 300, 'Rounds to train.')
+_ROUNDS = flags.DEFINE_integer(
+    'rounds', None, 'Rounds to train (default 300 on EMNIST, 100 on Stack '
+    'Overflow: the Table 1 budgets).', lower_bound=1)
 _EVAL_EVERY = flags.DEFINE_integer('rounds_per_eval', 10,
-                                   'Evaluate every test client this often.')
-_CLIENTS = flags.DEFINE_integer('clients_per_round', 10, 'Clients a round.')
+                                   'Evaluate every test client this often.',
+                                   lower_bound=1)
+_CLIENTS = flags.DEFINE_integer(
+    'clients_per_round', None, 'Clients a round (default 10 on EMNIST, 50 on '
+    'Stack Overflow).', lower_bound=1)
 _DATA = flags.DEFINE_string('offline_data_dir', '../shared/datasets',
                             'Folder holding femnist/femnist_leaf_subset.npz.')
+_CACHE = flags.DEFINE_string(
+    'cache_dir', '.cache/tff', 'The project\'s converted caches (`make data`): '
+    'Stack Overflow\'s sentences and word counts.')
 _FATHOM_REPO = flags.DEFINE_string(
     'fathom_repo', None, 'A checkout of andrewkkan/fathom (for authors_*).')
 _OUTPUT = flags.DEFINE_string('output_root', 'results/fedjax_crosscheck',
@@ -78,8 +108,23 @@ _OUTPUT = flags.DEFINE_string('output_root', 'results/fedjax_crosscheck',
 
 DATASET = ('FEMNIST subset (LEAF, 396 writers, ../shared/datasets/femnist); '
            'FedJAX preprocessing (pixels inverted, 1 - x, background 0)')
-FEDAVG = dict(client_learning_rate=0.1, server_learning_rate=1.0,
-              client_batch_size=20, client_epochs=1)
+SO_DATASET = ('Stack Exchange posts in Stack Overflow schema, the project\'s '
+              'sentence cache (.cache/tff/stackoverflow.sqlite; not TFF\'s '
+              'Stack Overflow); FedJAX tokenizer, first 128 sentences a train '
+              'client')
+# fed_avg's settings: EMNIST's FATHOM baseline row (the authors' flagfile),
+# Stack Overflow's Baseline_fso (flagfiles/table1/stackoverflow_baseline.cfg).
+FEDAVG = {
+    'emnist_cr': dict(client_learning_rate=0.1, server_learning_rate=1.0,
+                      client_batch_size=20, client_epochs=1),
+    'stackoverflow_nwp': dict(client_learning_rate=0.32,
+                              server_learning_rate=1.0, client_batch_size=16,
+                              client_epochs=1)}
+DEFAULT_ROUNDS = {'emnist_cr': 300, 'stackoverflow_nwp': 100}
+DEFAULT_CLIENTS = {'emnist_cr': 10, 'stackoverflow_nwp': 50}
+SO_SEQUENCE_LENGTH = 20  # fedjax.training.tasks, STACKOVERFLOW_WORD.
+SO_EXPECTED_LENGTH = 13.3
+SO_EVAL_BATCH = 64
 
 
 def versions() -> dict[str, str]:
@@ -91,25 +136,26 @@ def versions() -> dict[str, str]:
 
 
 def build(implementation: str, seed: int, grad_fn: Callable[..., Any],
-          flagfile: dict[str, str]) -> tuple[Any, dict[str, Any],
-                                             Callable[[Any], tuple]]:
+          flagfile: dict[str, str], task: str = 'emnist_cr'
+          ) -> tuple[Any, dict[str, Any], Callable[[Any], tuple]]:
   """(algorithm, settings for config.json, state -> (eta_L, E, B) the next
   round's clients use)."""
   import fedjax  # pylint: disable=g-import-not-at-top
   batch_seed = 4 * seed + 4
   if implementation.startswith('fedjax_fedavg'):
+    fedavg = FEDAVG[task]
     algorithm = fedjax.algorithms.fed_avg.federated_averaging(
-        grad_fn, fedjax.optimizers.sgd(FEDAVG['client_learning_rate']),
-        fedjax.optimizers.sgd(FEDAVG['server_learning_rate']),
+        grad_fn, fedjax.optimizers.sgd(fedavg['client_learning_rate']),
+        fedjax.optimizers.sgd(fedavg['server_learning_rate']),
         fedjax.ShuffleRepeatBatchHParams(
-            batch_size=FEDAVG['client_batch_size']))
-    fixed = (FEDAVG['client_learning_rate'], 1.0,
-             float(FEDAVG['client_batch_size']))
+            batch_size=fedavg['client_batch_size']))
+    fixed = (fedavg['client_learning_rate'], 1.0,
+             float(fedavg['client_batch_size']))
     return (algorithm,
             dict(algorithm='fedavg', implementation='fedjax.algorithms.fed_avg'
                  + (', clients weighted by examples processed'
                     if implementation != 'fedjax_fedavg' else ''),
-                 client_batch_seed=None, **FEDAVG),
+                 client_batch_seed=None, **fedavg),
             lambda state: fixed)
   import jax  # pylint: disable=g-import-not-at-top
   get = lambda name: float(flagfile[f'fathom_{name}'])
@@ -158,41 +204,103 @@ def weighted_by_examples_processed(clients: Sequence[tuple], batch_size: int
           for cid, cds, rng in clients]
 
 
+class Task(NamedTuple):
+  """What a run trains and evaluates on, FedJAX's way."""
+  train: Any  # fedjax.FederatedData
+  test: Any
+  model: Any  # fedjax.Model, trained
+  eval_model: Any  # the same model with the metrics the CSV records
+  dataset: str  # dataset.txt's line
+  num_train_clients: int
+  num_test_examples: int
+  eval_row: Callable[[Mapping[str, Any]], dict[str, float]]
+  eval_batch_size: int
+
+
+def emnist_task() -> Task:
+  import fedjax  # pylint: disable=g-import-not-at-top
+  train, test = femnist.load(os.path.join(_DATA.value, femnist.NPZ))
+  as_fd = lambda clients: fedjax.datasets.emnist.preprocess_split(
+      fedjax.InMemoryFederatedData(
+          {k.encode(): v for k, v in clients.items()}))
+  model = fedjax.models.emnist.create_conv_model(only_digits=False)
+  return Task(as_fd(train), as_fd(test), model, model, DATASET, len(train),
+              femnist.num_examples(test),
+              lambda m: {'eval/accuracy': float(m['accuracy']),
+                         'eval/loss': float(m['loss'])}, 64)
+
+
+def stackoverflow_task() -> Task:
+  import fedjax  # pylint: disable=g-import-not-at-top
+  train, test = stackoverflow.load(_CACHE.value)
+  tokenizer = fedjax.datasets.stackoverflow.StackoverflowTokenizer(
+      vocab=stackoverflow.vocab(_CACHE.value))
+  as_fd = lambda clients: fedjax.InMemoryFederatedData(
+      {k.encode(): v for k, v in clients.items()}).preprocess_client(
+          fedjax.datasets.stackoverflow.preprocess_client).preprocess_batch(
+              tokenizer.as_preprocess_batch(SO_SEQUENCE_LENGTH))
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  if not hasattr(jnp, 'NINF'):
+    jnp.NINF = -jnp.inf  # Removed in jax 0.4.x; fedjax 0.0.17's model uses it.
+  model = fedjax.models.stackoverflow.create_lstm_model(
+      vocab_size=stackoverflow.VOCAB_SIZE, expected_length=SO_EXPECTED_LENGTH)
+  pad, eos = tokenizer.PAD, tokenizer.EOS
+  oov = stackoverflow.VOCAB_SIZE + 3  # The model's own OOV id.
+  eval_model = model.replace(eval_metrics=dict(
+      model.eval_metrics,
+      accuracy_tff_task=fedjax.metrics.SequenceTokenAccuracy(
+          masked_target_values=(pad, eos, oov))))
+  return Task(as_fd(train), as_fd(test), model, eval_model, SO_DATASET,
+              len(train), stackoverflow.num_examples(test),
+              lambda m: {'eval/accuracy': float(m['accuracy_tff_task']),
+                         'eval/accuracy_fedjax_in_vocab':
+                             float(m['accuracy_in_vocab']),
+                         'eval/loss': float(m['sequence_loss'])
+                                      / SO_EXPECTED_LENGTH},
+              SO_EVAL_BATCH)
+
+
 def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
-  implementation, seed = _IMPLEMENTATION.value, _SEED.value
+  implementation, seed, task_name = (_IMPLEMENTATION.value, _SEED.value,
+                                     _TASK.value)
   if implementation is None:
     raise app.UsageError(f'--implementation: expected one of {IMPLEMENTATIONS}')
+  if task_name != 'emnist_cr' and implementation != 'fedjax_fedavg':
+    raise app.UsageError(f'--implementation: only fedjax_fedavg runs on '
+                         f'--task={task_name} (the authors\' code has no '
+                         'Stack Overflow run here), not {implementation}')
+  rounds = _ROUNDS.value or DEFAULT_ROUNDS[task_name]
+  clients_per_round = _CLIENTS.value or DEFAULT_CLIENTS[task_name]
   flagfile = {}
   if implementation.startswith('authors_'):
     if not _FATHOM_REPO.value:
       raise app.UsageError(f'--fathom_repo: expected a checkout of '
                            f'andrewkkan/fathom for {implementation}')
     flagfile = authors_code.flagfile_values(_FATHOM_REPO.value)
-  train, test = femnist.load(os.path.join(_DATA.value, femnist.NPZ))
+  task = emnist_task() if task_name == 'emnist_cr' else stackoverflow_task()
 
   import fedjax  # pylint: disable=g-import-not-at-top
   import jax  # pylint: disable=g-import-not-at-top
-  as_fd = lambda clients: fedjax.datasets.emnist.preprocess_split(
-      fedjax.InMemoryFederatedData(
-          {k.encode(): v for k, v in clients.items()}))
-  train_fd, test_fd = as_fd(train), as_fd(test)
-  model = fedjax.models.emnist.create_conv_model(only_digits=False)
+  model = task.model
   algorithm, settings, used = build(implementation, seed,
-                                    fedjax.model_grad(model), flagfile)
-  config = dict(task='emnist_cr', pipeline='fedjax', seed=seed,
+                                    fedjax.model_grad(model), flagfile,
+                                    task_name)
+  # EMNIST's run names stay those of the first cross-check.
+  name = (f'{implementation}_s{seed}' if task_name == 'emnist_cr'
+          else f'{task_name}_{implementation}_s{seed}')
+  config = dict(task=task_name, pipeline='fedjax', seed=seed,
                 params_seed=4 * seed + 1, train_sampler_seed=4 * seed + 2,
-                clients_per_round=_CLIENTS.value,
-                rounds_per_eval=_EVAL_EVERY.value, total_rounds=_ROUNDS.value,
-                experiment_name=f'{implementation}_s{seed}',
-                versions=versions(), **settings)
+                clients_per_round=clients_per_round,
+                rounds_per_eval=_EVAL_EVERY.value, total_rounds=rounds,
+                experiment_name=name, versions=versions(), **settings)
   run_dir = os.path.join(_OUTPUT.value, config['experiment_name'])
   os.makedirs(run_dir, exist_ok=True)
   run_files.check_config(run_dir, config)
   run_files.write_json(os.path.join(run_dir, run_files.CONFIG_JSON), config)
   run_files.write_atomically(os.path.join(run_dir, run_files.DATASET_TXT),
-                             (DATASET + '\n').encode())
+                             (task.dataset + '\n').encode())
 
   state_path = os.path.join(run_dir, run_files.STATE)
   done = 0
@@ -205,13 +313,15 @@ def main(argv: Sequence[str]) -> None:
   examples_total = int(rows[-1]['cost/examples_cumulative']) if rows else 0
   steps_total = int(rows[-1]['cost/local_steps_cumulative']) if rows else 0
   sampler = fedjax.client_samplers.UniformGetClientSampler(
-      train_fd, _CLIENTS.value, seed=4 * seed + 2, start_round_num=done)
+      task.train, clients_per_round, seed=4 * seed + 2, start_round_num=done)
   evaluate = fedjax.training.ModelFullEvaluationFn(
-      test_fd, model, fedjax.PaddedBatchHParams(batch_size=64))
-  print(f'{implementation} seed {seed}: {len(train)} train / {len(test)} '
-        f'test clients, from round {done + 1} to {_ROUNDS.value}', flush=True)
+      task.test, task.eval_model,
+      fedjax.PaddedBatchHParams(batch_size=task.eval_batch_size))
+  print(f'{task_name} / {implementation} seed {seed}: '
+        f'{task.num_train_clients} train clients, {task.num_test_examples} '
+        f'test examples, from round {done + 1} to {rounds}', flush=True)
 
-  for round_num in range(done + 1, _ROUNDS.value + 1):
+  for round_num in range(done + 1, rounds + 1):
     eta, epochs, batch = used(state)
     clients = sampler.sample()
     start = time.perf_counter()
@@ -232,12 +342,10 @@ def main(argv: Sequence[str]) -> None:
            'hparams/client_epochs': epochs,
            'hparams/client_batch_size': batch,
            'time/round_seconds': seconds}
-    evaluated = round_num % _EVAL_EVERY.value == 0 or round_num == _ROUNDS.value
+    evaluated = round_num % _EVAL_EVERY.value == 0 or round_num == rounds
     if evaluated:
-      metrics = evaluate(state, round_num)
-      row.update({'eval/accuracy': float(metrics['accuracy']),
-                  'eval/loss': float(metrics['loss']),
-                  'eval/num_examples': femnist.num_examples(test)})
+      row.update(task.eval_row(evaluate(state, round_num)))
+      row['eval/num_examples'] = task.num_test_examples
     rows.append(row)
     run_files.write_atomically(os.path.join(run_dir, run_files.METRICS_CSV),
                                run_files.metrics_csv(rows))
@@ -247,8 +355,8 @@ def main(argv: Sequence[str]) -> None:
       print(f'round {round_num}: test accuracy {row["eval/accuracy"]:.4f}, '
             f'{seconds:.2f} s', flush=True)
   # The runner's own status file, so the Table 1 report reads these runs.
-  run_status.write(run_dir, last_round=_ROUNDS.value, stopped_early=False,
-                   total_rounds=_ROUNDS.value, early_stop_accuracy=None,
+  run_status.write(run_dir, last_round=rounds, stopped_early=False,
+                   total_rounds=rounds, early_stop_accuracy=None,
                    early_stop_evals=0)
 
 

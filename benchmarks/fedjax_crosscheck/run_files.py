@@ -24,7 +24,11 @@ COLUMNS = (
     'round', 'cost/examples', 'cost/examples_cumulative', 'cost/local_steps',
     'cost/local_steps_cumulative', 'hparams/client_learning_rate',
     'hparams/client_epochs', 'hparams/client_batch_size',
-    'time/round_seconds', 'eval/accuracy', 'eval/loss', 'eval/num_examples')
+    'time/round_seconds', 'eval/accuracy', 'eval/loss', 'eval/num_examples',
+    'eval/accuracy_fedjax_in_vocab')
+# FedJAX's own Stack Overflow accuracy (`accuracy_in_vocab`: OOV targets
+# counted, PAD, BOS, EOS and OOV never predicted), which no TFF run has.
+FEDJAX_ONLY_COLUMNS = ('eval/accuracy_fedjax_in_vocab',)
 CONFIG_JSON = 'config.json'
 METRICS_CSV = 'metrics.csv'
 DATASET_TXT = 'dataset.txt'

@@ -147,6 +147,70 @@ def test_graphs_that_skip_random_init_still_skip_the_new_kernels():
     np.testing.assert_array_equal(v.numpy(), 0)
 
 
+def _stackoverflow_keras_model():
+  from tensorflow_federated.python.simulation.baselines.stackoverflow import word_prediction_models  # pylint: disable=g-import-not-at-top,line-too-long
+  return word_prediction_models.create_recurrent_model(10004)
+
+
+# TFF's Stack Overflow model's weights, in creation order (embedding, the
+# LSTM's kernel, recurrent kernel and bias, two dense kernels and biases) ->
+# the stddev FedJAX's Haiku model draws them with before truncation, written
+# out: hk.Embed 1, hk.LSTM's one Linear over [x (96), h (670)], the two
+# hk.Linear 1 / sqrt(fan_in); None: a bias, Keras' own.
+SO_STDDEVS = (1.0, 1 / math.sqrt(96 + 670), 1 / math.sqrt(96 + 670), None,
+              1 / math.sqrt(670), None, 1 / math.sqrt(96), None)
+
+
+def _so_weights(seed: int) -> list[np.ndarray]:
+  model = initializers.fedjax_lstm_weights(_stackoverflow_keras_model, seed)()
+  return [w.numpy() for w in model.weights]
+
+
+def test_stackoverflow_weights_are_drawn_as_haiku_draws_them():
+  keras = [w.numpy() for w in _stackoverflow_keras_model().weights]
+  ours = _so_weights(3)
+  assert len(ours) == len(keras) == len(SO_STDDEVS)
+  for theirs, value, stddev in zip(keras, ours, SO_STDDEVS):
+    assert value.shape == theirs.shape
+    if stddev is None:  # Keras' (the forget gate's at 1, Haiku's +1).
+      np.testing.assert_array_equal(value, theirs)
+      continue
+    assert np.abs(value).max() <= 2 * stddev + 1e-6
+    assert value.std() == pytest.approx(0.87962566 * stddev, rel=0.02)
+  # Keras' own draws are far smaller: its embedding is U(-0.05, 0.05).
+  assert keras[0].std() < 0.03
+  np.testing.assert_array_equal(_so_weights(3)[1], ours[1])
+  assert not np.array_equal(_so_weights(4)[1], ours[1])
+
+
+@needs_fedjax
+def test_stackoverflow_weights_match_fedjax_lstm_model():
+  script = (
+      'import json, jax, numpy as np, jax.numpy as jnp\n'
+      'jnp.NINF = -jnp.inf\n'  # As benchmarks/fedjax_crosscheck/run.py.
+      'import fedjax\n'
+      'model = fedjax.models.stackoverflow.create_lstm_model()\n'
+      'p = model.init(jax.random.PRNGKey(0))\n'
+      'out = {f"{m}/{k}": [float(np.std(v)), list(np.shape(v))]\n'
+      '       for m, d in p.items() for k, v in d.items()}\n'
+      'print(json.dumps(out))\n')
+  done = subprocess.run([FEDJAX_PYTHON, '-c', script], capture_output=True,
+                        text=True, check=True,
+                        env={**os.environ, 'JAX_PLATFORMS': 'cpu'})
+  fedjax = json.loads(done.stdout.strip().splitlines()[-1])
+  ours = _so_weights(0)
+  pairs = [('embed/embeddings', ours[0]),
+           ('lstm/linear/w', np.concatenate(ours[1:3])),
+           ('linear/w', ours[4]), ('linear_1/w', ours[6])]
+  for name, value in pairs:
+    std, shape = fedjax[name]
+    assert list(value.shape) == shape, name
+    assert value.std() == pytest.approx(std, rel=0.02), name
+  # Haiku's LSTM bias starts at zero (its +1 on the forget gate is in the
+  # forward pass); Keras' starts the forget gate's at 1, the same function.
+  assert fedjax['lstm/linear/b'][0] == 0.0
+
+
 def _batch_sizes(n: int, batch: int, epochs: int) -> list[list[int]]:
   examples = tf.data.Dataset.range(n)
   fn = client_examples.shuffle_repeat_batches(batch, epochs, seed=3)
