@@ -143,6 +143,10 @@ _SO_MODEL_INIT = flags.DEFINE_enum(
     list(config_lib.MODEL_INITS),
     'Stack Overflow: the LSTM model\'s initial weights: keras (TFF\'s task) '
     'or fedjax (Haiku\'s defaults, as FedJAX\'s STACKOVERFLOW_WORD model).')
+_LSTM_TANH = flags.DEFINE_bool(
+    'stackoverflow_lstm_tanh', False,
+    'Stack Overflow: tanh between the LSTM and its projection, as FedJAX\'s '
+    'STACKOVERFLOW_WORD model; default: TFF\'s model as it is.')
 _LOSS = flags.DEFINE_enum(
     'stackoverflow_loss', config_lib.ExperimentConfig.stackoverflow_loss,
     list(config_lib.LOSSES),
@@ -243,6 +247,7 @@ def config_from_flags() -> config_lib.ExperimentConfig:
       emnist_model_init=_MODEL_INIT.value, client_batching=_BATCHING.value,
       stackoverflow_loss=_LOSS.value,
       stackoverflow_model_init=_SO_MODEL_INIT.value,
+      stackoverflow_lstm_tanh=_LSTM_TANH.value,
       reshuffle_each_round=_RESHUFFLE.value,
       fresh_dropout_masks=_FRESH_DROPOUT.value,
       early_stop_accuracy=_STOP_ACCURACY.value,

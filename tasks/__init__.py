@@ -23,6 +23,7 @@ from tasks import client_examples
 from tff_hpo.execution import client_loops
 from tasks import dropout_masks
 from tasks import initializers
+from tasks import lstm_tanh as lstm_tanh_lib
 from tasks import sentence_loss
 from tasks import emnist
 from tasks import shakespeare
@@ -151,7 +152,7 @@ def load(name: str, *, batch_size: int, epochs: int,
          invert_pixels: bool = False, model_init: str = 'keras',
          batching: str = 'tff',
          fresh_dropout_masks: bool = False,
-         loss: str = 'tff') -> LoadedTask:
+         loss: str = 'tff', lstm_tanh: bool = False) -> LoadedTask:
   """Converts offline data if given, then builds the task with TFF's code.
 
   With `per_example`, TFF's train preprocessing runs with batches of one and
@@ -169,7 +170,9 @@ def load(name: str, *, batch_size: int, epochs: int,
   pre-batched data, those clients that batch their own take the setting).
   `fresh_dropout_masks` draws dropout masks from each layer's input
   (`tasks/dropout_masks.py`). `loss='fedjax'` (Stack Overflow only) trains
-  on FedJAX's sentence loss (`tasks/sentence_loss.py`).
+  on FedJAX's sentence loss (`tasks/sentence_loss.py`); `lstm_tanh` (Stack
+  Overflow only) puts FedJAX's tanh between the LSTM and its projection
+  (`tasks/lstm_tanh.py`).
   """
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
   from tasks.offline import prepare  # pylint: disable=g-import-not-at-top
@@ -217,6 +220,9 @@ def load(name: str, *, batch_size: int, epochs: int,
     model_fn = sentence_loss.with_fedjax_loss(model_fn)
     label += ('; training loss as FedJAX\'s (padding masked, sentence sums '
               f'/ {sentence_loss.FEDJAX_EXPECTED_LENGTH})')
+  if lstm_tanh:
+    model_fn = lstm_tanh_lib.with_tanh_after_lstm(model_fn)
+    label += '; tanh after the LSTM as in FedJAX\'s model'
   model_fn = seeded_model_fn(model_fn, seed)
   if model_init == 'fedjax' and name == 'stackoverflow_nwp':
     model_fn = initializers.fedjax_lstm_weights(model_fn, seed)

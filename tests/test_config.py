@@ -39,6 +39,15 @@ def test_fedjax_lstm_init_is_stack_overflow_only(tmp_path):
              stackoverflow_model_init='haiku')
 
 
+def test_lstm_tanh_is_stack_overflow_only(tmp_path):
+  assert _resolve(tmp_path, task='stackoverflow_nwp',
+                  stackoverflow_lstm_tanh=True).stackoverflow_lstm_tanh
+  with pytest.raises(config_lib.ConfigError,
+                     match='^--stackoverflow_lstm_tanh: expected only with '
+                     '--task=stackoverflow_nwp'):
+    _resolve(tmp_path, stackoverflow_lstm_tanh=True)
+
+
 @pytest.mark.parametrize('field, value', [
     ('total_rounds', 0), ('clients_per_round', -1), ('client_batch_size', 0),
     ('client_epochs', 0), ('client_learning_rate', 0.0),

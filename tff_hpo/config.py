@@ -61,6 +61,9 @@ class ExperimentConfig:
   # Stack Overflow: the LSTM model's initial weights, Keras' (TFF's task) or
   # drawn as FedJAX's Haiku model draws them (`tasks/initializers.py`).
   stackoverflow_model_init: str = 'keras'
+  # Stack Overflow: tanh between the LSTM and its projection, as FedJAX's
+  # model has it (`tasks/lstm_tanh.py`); off: TFF's model as it is.
+  stackoverflow_lstm_tanh: bool = False
   # How a client's examples become batches: TFF's (shuffle, E passes, a
   # partial last batch) or FedJAX's shuffle-repeat (ceil(E n / B) full
   # batches, the last topped up from a reshuffled next pass).
@@ -229,6 +232,9 @@ def resolve(config: ExperimentConfig, task_names: tuple[str, ...],
            config.task == 'stackoverflow_nwp', 'stackoverflow_model_init',
            '"keras" unless --task=stackoverflow_nwp',
            config.stackoverflow_model_init)
+  _require(not config.stackoverflow_lstm_tanh or
+           config.task == 'stackoverflow_nwp', 'stackoverflow_lstm_tanh',
+           'only with --task=stackoverflow_nwp', config.task)
   _require(config.client_batching in CLIENT_BATCHINGS, 'client_batching',
            f'one of {CLIENT_BATCHINGS}', config.client_batching)
   _require(config.stackoverflow_loss in LOSSES, 'stackoverflow_loss',

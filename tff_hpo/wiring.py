@@ -94,7 +94,8 @@ def build(config: config_lib.ExperimentConfig) -> Wiring:
                   else config.emnist_model_init),
       batching=config.client_batching,
       fresh_dropout_masks=config.fresh_dropout_masks,
-      loss=config.stackoverflow_loss)
+      loss=config.stackoverflow_loss,
+      lstm_tanh=config.stackoverflow_lstm_tanh)
   data = task.baseline.datasets
   train = train_data(task, spec.per_example_data)
   dataset_computation, data_keys = data_computation(task, train, config,

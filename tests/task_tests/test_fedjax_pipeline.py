@@ -24,6 +24,7 @@ import tensorflow as tf
 import tasks
 from tasks import client_examples
 from tasks import initializers
+from tasks import lstm_tanh
 from tasks import sentence_loss
 from tff_hpo.algorithms import model_init
 
@@ -209,6 +210,27 @@ def test_stackoverflow_weights_match_fedjax_lstm_model():
   # Haiku's LSTM bias starts at zero (its +1 on the forget gate is in the
   # forward pass); Keras' starts the forget gate's at 1, the same function.
   assert fedjax['lstm/linear/b'][0] == 0.0
+
+
+def test_lstm_tanh_feeds_tanh_of_the_lstm_output_to_the_projection():
+  from tensorflow_federated.python.simulation.baselines.stackoverflow import word_prediction_models  # pylint: disable=g-import-not-at-top,line-too-long
+  build = lambda: word_prediction_models.create_recurrent_model(
+      50, embedding_size=8, lstm_size=12)
+  plain = build()
+  tanh = lstm_tanh.with_tanh_after_lstm(build)()
+  assert [w.shape for w in tanh.weights] == [w.shape for w in plain.weights]
+  weights = plain.get_weights()
+  weights[0] *= 40  # Large gates, so that |h| reaches where tanh(h) != h.
+  weights[1] *= 5
+  plain.set_weights(weights)
+  tanh.set_weights(weights)
+  x = np.array([[1, 5, 7, 0, 0], [3, 3, 9, 2, 0]])
+  h = tf.keras.Model(plain.input, plain.layers[2].output)(x).numpy()
+  assert np.abs(h).max() > 0.5
+  w1, b1, w2, b2 = weights[4:]
+  want = (np.tanh(h) @ w1 + b1) @ w2 + b2
+  np.testing.assert_allclose(tanh(x).numpy(), want, rtol=1e-4, atol=1e-5)
+  assert np.abs(plain(x).numpy() - want).max() > 1e-3
 
 
 def _batch_sizes(n: int, batch: int, epochs: int) -> list[list[int]]:
