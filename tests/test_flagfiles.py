@@ -49,8 +49,11 @@ def test_flagfile_resolves(path, tmp_path, monkeypatch):
     assert options.g_includes_learning_rate is not authors
     assert cfg.emnist_invert_pixels is (authors and cfg.task == 'emnist_cr')
     assert cfg.client_batching == ('fedjax' if authors else 'tff')
-    assert cfg.stackoverflow_loss == (
-        'fedjax' if authors and cfg.task == 'stackoverflow_nwp' else 'tff')
+    authors_so = authors and cfg.task == 'stackoverflow_nwp'
+    assert cfg.stackoverflow_loss == ('fedjax' if authors_so else 'tff')
+    assert cfg.stackoverflow_model_init == (
+        'fedjax' if authors_so else 'keras')
+    assert cfg.stackoverflow_lstm_tanh is authors_so
     assert cfg.cpu_kernels == 'eigen'  # What the table's runs ran.
     if 'lr0.05' in name:
       assert cfg.client_learning_rate == 0.05
