@@ -35,31 +35,51 @@ def haiku_default(seed: Optional[int]) -> tf.keras.initializers.Initializer:
       seed=seed)
 
 
-def with_kernels_from(model_fn: Callable[[], Any],
-                      initializer: Callable[[int], Any]) -> Callable[[], Any]:
-  """`model_fn` whose Keras layers' kernels (variables named `kernel` with a
-  Keras initialiser) start from `initializer(i)`, i counting the kernels in
-  creation order; other variables keep their own initialisers. The new
-  initial value is still a Keras initialiser's partial, so graphs that skip
-  random initial values (`tff_hpo.algorithms.model_init.skip_random_init`) still skip
-  it."""
+# (variable name, shape, name scope) -> the initialiser to draw it with, or
+# None to keep Keras' own; called once per weight, in creation order.
+Chooser = Callable[[str, tuple[int, ...], str], Optional[Any]]
+
+
+def with_weights_from(model_fn: Callable[[], Any],
+                      make_chooser: Callable[[], Chooser]) -> Callable[[], Any]:
+  """`model_fn` whose Keras weights (variables with a Keras initialiser) start
+  from what a fresh `make_chooser()` picks for each. The new initial value is
+  still a Keras initialiser's partial, so graphs that skip random initial
+  values (`tff_hpo.algorithms.model_init.skip_random_init`) still skip it."""
 
   def fn():
-    counter = itertools.count()
+    choose = make_chooser()
 
     def creator(next_creator, **kwargs):
       value = kwargs.get('initial_value')
-      if (kwargs.get('name') == 'kernel' and
-          isinstance(value, functools.partial) and
+      if (isinstance(value, functools.partial) and
           isinstance(value.func, tf.keras.initializers.Initializer)):
-        kwargs['initial_value'] = functools.partial(
-            initializer(next(counter)), *value.args, **value.keywords)
+        shape = tuple(int(d) for d in value.args[0]) if value.args else ()
+        initializer = choose(kwargs.get('name', ''), shape,
+                             tf.get_current_name_scope())
+        if initializer is not None:
+          kwargs['initial_value'] = functools.partial(
+              initializer, *value.args, **value.keywords)
       return next_creator(**kwargs)
 
     with tf.variable_creator_scope(creator):
       return model_fn()
 
   return fn
+
+
+def with_kernels_from(model_fn: Callable[[], Any],
+                      initializer: Callable[[int], Any]) -> Callable[[], Any]:
+  """`model_fn` whose Keras layers' kernels (variables named `kernel`) start
+  from `initializer(i)`, i counting the kernels in creation order; other
+  variables keep their own initialisers."""
+
+  def make_chooser() -> Chooser:
+    counter = itertools.count()
+    return lambda name, shape, scope: (
+        initializer(next(counter)) if name == 'kernel' else None)
+
+  return with_weights_from(model_fn, make_chooser)
 
 
 def fedjax_kernels(model_fn: Callable[[], Any],
@@ -99,25 +119,17 @@ def fedjax_lstm_weights(model_fn: Callable[[], Any],
   seeded from `seed` in creation order."""
   base = 1000 * (seed or 0)
 
-  def fn():
+  def make_chooser() -> Chooser:
     counter = itertools.count()
     cell_inputs: dict[str, int] = {}
 
-    def creator(next_creator, **kwargs):
-      value = kwargs.get('initial_value')
-      if (isinstance(value, functools.partial) and
-          isinstance(value.func, tf.keras.initializers.Initializer)):
-        shape = tuple(int(d) for d in value.args[0])
-        stddev = _haiku_lstm_stddev(kwargs.get('name', ''), shape,
-                                    tf.get_current_name_scope(), cell_inputs)
-        if stddev is not None:
-          kwargs['initial_value'] = functools.partial(
-              tf.keras.initializers.TruncatedNormal(
-                  stddev=stddev, seed=base + next(counter)),
-              *value.args, **value.keywords)
-      return next_creator(**kwargs)
+    def choose(name: str, shape: tuple[int, ...], scope: str) -> Optional[Any]:
+      stddev = _haiku_lstm_stddev(name, shape, scope, cell_inputs)
+      if stddev is None:
+        return None
+      return tf.keras.initializers.TruncatedNormal(
+          stddev=stddev, seed=base + next(counter))
 
-    with tf.variable_creator_scope(creator):
-      return model_fn()
+    return choose
 
-  return fn
+  return with_weights_from(model_fn, make_chooser)
