@@ -195,9 +195,6 @@ def test_resume_keeps_rows_up_to_the_saved_round_and_refuses_other_settings(
     run_files.check_config(run_dir, dict(config, clients_per_round=20))
 
 
-if __name__ == '__main__':  # Lets Bazel's py_test run the file.
-  sys.exit(pytest.main([__file__, '-q']))
-
 
 def test_same_state_maps_haiku_names_to_the_keras_order():
   from benchmarks.fedjax_crosscheck import same_state
@@ -229,3 +226,16 @@ def test_same_state_feeds_ink_with_a_channel_axis():
                                    'label': np.arange(3, dtype=np.int64)})
   assert x.shape == (3, 28, 28, 1) and not x.any()
   assert y.dtype == np.int32
+
+
+def test_same_state_imports_beside_the_runners_flags():
+  # `make test-fast` runs every fast file in one process, where
+  # run_experiment's flags (--clients_per_round, --cache_dir, ...) are
+  # defined; the script's flags of the same names must not clash with them.
+  import run_experiment  # pylint: disable=unused-import
+  from benchmarks.fedjax_crosscheck import same_state
+  assert callable(same_state.define_flags)
+
+
+if __name__ == '__main__':  # Lets Bazel's py_test run the file.
+  sys.exit(pytest.main([__file__, '-q']))

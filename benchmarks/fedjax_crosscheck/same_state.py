@@ -50,24 +50,29 @@ except ImportError:
 from benchmarks.fedjax_crosscheck import authors_code
 from benchmarks.fedjax_crosscheck import femnist
 
-_SIDE = flags.DEFINE_enum('side', None, ('authors', 'project'),
-                          'Which implementation to run (module doc).')
-_ROUNDS = flags.DEFINE_integer('rounds', 20, 'Rounds to run on each side.')
-_CLIENTS = flags.DEFINE_integer('clients_per_round', 10, 'Clients a round.')
-_DATA = flags.DEFINE_string('offline_data_dir', '../shared/datasets',
-                            'Folder holding femnist/femnist_leaf_subset.npz.')
-_FATHOM_REPO = flags.DEFINE_string('fathom_repo', None,
-                                   'A checkout of andrewkkan/fathom.')
-_WORK_DIR = flags.DEFINE_string('work_dir', '/tmp/fathom_same_state',
-                                'Where the authors\' side leaves its npz.')
-_CACHE_DIR = flags.DEFINE_string('cache_dir', '.cache/tff',
-                                 'TFF\'s cache files (make data), for the '
-                                 'project\'s evaluation.')
-_KERNELS = flags.DEFINE_string('cpu_kernels', 'eigen',
-                               'TensorFlow\'s CPU kernels on the project side.')
-_OUTPUT = flags.DEFINE_string(
-    'output', 'benchmarks/results/fedjax_same_state.csv',
-    'CSV the project side writes.')
+FLAGS = flags.FLAGS
+
+
+def define_flags() -> None:
+  """Defines the script's flags, only when it runs: the tests import its
+  helpers beside run_experiment's flags, some of which share names."""
+  flags.DEFINE_enum('side', None, ('authors', 'project'),
+                    'Which implementation to run (module doc).')
+  flags.DEFINE_integer('rounds', 20, 'Rounds to run on each side.')
+  flags.DEFINE_integer('clients_per_round', 10, 'Clients a round.')
+  flags.DEFINE_string('offline_data_dir', '../shared/datasets',
+                      'Folder holding femnist/femnist_leaf_subset.npz.')
+  flags.DEFINE_string('fathom_repo', None, 'A checkout of andrewkkan/fathom.')
+  flags.DEFINE_string('work_dir', '/tmp/fathom_same_state',
+                      'Where the authors\' side leaves its npz.')
+  flags.DEFINE_string('cache_dir', '.cache/tff',
+                      'TFF\'s cache files (make data), for the project\'s '
+                      'evaluation.')
+  flags.DEFINE_string('cpu_kernels', 'eigen',
+                      'TensorFlow\'s CPU kernels on the project side.')
+  flags.DEFINE_string('output', 'benchmarks/results/fedjax_same_state.csv',
+                      'CSV the project side writes.')
+
 
 PARAMS_SEED, SAMPLER_SEED = 1, 2
 # Haiku's parameter names in create_conv_model(only_digits=False), in the
@@ -98,11 +103,11 @@ def flat_params(params) -> list[np.ndarray]:
 def run_authors() -> None:
   import jax  # pylint: disable=g-import-not-at-top
   import fedjax  # pylint: disable=g-import-not-at-top
-  if not _FATHOM_REPO.value:
+  if not FLAGS.fathom_repo:
     raise app.UsageError('--fathom_repo: expected a checkout of '
                          'andrewkkan/fathom for --side=authors')
-  flagfile = authors_code.flagfile_values(_FATHOM_REPO.value)
-  train, test = femnist.load(os.path.join(_DATA.value, femnist.NPZ))
+  flagfile = authors_code.flagfile_values(FLAGS.fathom_repo)
+  train, test = femnist.load(os.path.join(FLAGS.offline_data_dir, femnist.NPZ))
   data = {}
   for cid, client in train.items():
     x, y = client_arrays(client)
@@ -115,7 +120,7 @@ def run_authors() -> None:
           params, batch))
   get = lambda name: float(flagfile[f'fathom_{name}'])
   algorithm = authors_code.federated_averaging(
-      _FATHOM_REPO.value, flagfile, fedjax.model_grad(no_dropout),
+      FLAGS.fathom_repo, flagfile, fedjax.model_grad(no_dropout),
       get('eta_h'), skip_shuffle=True)
   # FATHOM's settings in the project's terms: log(Ep, eta_c, bs) step by
   # eta_h * (eta_h0, eta_h1, eta_h2); their upper bounds (Ep, eta_c, bs).
@@ -131,20 +136,21 @@ def run_authors() -> None:
   params = model.init(jax.random.PRNGKey(PARAMS_SEED))
   state = algorithm.init(params)
   sampler = fedjax.client_samplers.UniformGetClientSampler(
-      train_fd, _CLIENTS.value, seed=SAMPLER_SEED)
+      train_fd, FLAGS.clients_per_round, seed=SAMPLER_SEED)
   out = {f'initial_{i}': w for i, w in enumerate(flat_params(params))}
   out.update({f'setting_{k}': np.float64(v) for k, v in settings.items()})
   # One batch's gradient at the initial weights: the first sampled client's
   # first B examples (the sampler is re-made, so rounds are unchanged).
-  first = fedjax.client_samplers.UniformGetClientSampler(
-      train_fd, _CLIENTS.value, seed=SAMPLER_SEED).sample()[0][0].decode()
+  sampler = fedjax.client_samplers.UniformGetClientSampler(
+      train_fd, FLAGS.clients_per_round, seed=SAMPLER_SEED)
+  first = sampler.sample()[0][0].decode()
   x, y = client_arrays(train[first])
   b = round(get('initial_batch_size'))
   grads = fedjax.model_grad(no_dropout)(params, {'x': x[:b], 'y': y[:b]}, None)
   out['gradient_client'] = np.array(first)
   out['gradient_batch'] = np.int64(b)
   out.update({f'gradient_{i}': g for i, g in enumerate(flat_params(grads))})
-  for r in range(1, _ROUNDS.value + 1):
+  for r in range(1, FLAGS.rounds + 1):
     clients = sampler.sample()
     out[f'clients_{r}'] = np.array([c[0].decode() for c in clients])
     state, _ = algorithm.apply(state, clients)
@@ -172,9 +178,9 @@ def run_authors() -> None:
     metrics = evaluate(types.SimpleNamespace(params=weights), 0)
     out[f'eval_{when}_accuracy'] = np.float64(metrics['accuracy'])
     out[f'eval_{when}_loss'] = np.float64(metrics['loss'])
-  os.makedirs(_WORK_DIR.value, exist_ok=True)
-  path = os.path.join(_WORK_DIR.value, 'authors.npz')
-  np.savez(path + '.partial.npz', rounds=_ROUNDS.value, **out)
+  os.makedirs(FLAGS.work_dir, exist_ok=True)
+  path = os.path.join(FLAGS.work_dir, 'authors.npz')
+  np.savez(path + '.partial.npz', rounds=FLAGS.rounds, **out)
   os.replace(path + '.partial.npz', path)
   print(f'wrote {path}')
 
@@ -186,12 +192,12 @@ def run_project() -> None:
   from tff_hpo.algorithms import fathom  # pylint: disable=g-import-not-at-top
   from tff_hpo.execution import runtime  # pylint: disable=g-import-not-at-top
 
-  path = os.path.join(_WORK_DIR.value, 'authors.npz')
+  path = os.path.join(FLAGS.work_dir, 'authors.npz')
   if not os.path.isfile(path):
     raise app.UsageError(f'{path}: not there; run --side=authors first '
                          '(in .venv-fedjax)')
   ref = np.load(path)
-  train, _ = femnist.load(os.path.join(_DATA.value, femnist.NPZ))
+  train, _ = femnist.load(os.path.join(FLAGS.offline_data_dir, femnist.NPZ))
   spec = collections.OrderedDict(
       x=tf.TensorSpec([None, 28, 28, 1], tf.float32),
       y=tf.TensorSpec([None], tf.int32))
@@ -214,7 +220,7 @@ def run_project() -> None:
   perturbed = [w * (1 + PERTURBATION * rng.standard_normal(w.shape)).astype(
       np.float32) for w in initial]
   rows = [gradient_row(model_fn, ref, train, initial, perturbed)]
-  runtime.install(cpu_kernels=_KERNELS.value)
+  runtime.install(cpu_kernels=FLAGS.cpu_kernels)
   try:
     process = fathom.build_fathom(model_fn, config)
     project = trajectory(process, initial, ref, train)
@@ -267,8 +273,8 @@ def evaluation_rows(ref, initial: list[np.ndarray],
   from tff_hpo.algorithms import registry  # pylint: disable=g-import-not-at-top
   config = tasks.resolve_config(registry.make_config(
       task='emnist_cr', algorithm='fedavg', emnist_invert_pixels=True,
-      offline_data_dir=_DATA.value, cache_dir=_CACHE_DIR.value,
-      eval_clients=0, output_root=_WORK_DIR.value))
+      offline_data_dir=FLAGS.offline_data_dir, cache_dir=FLAGS.cache_dir,
+      eval_clients=0, output_root=FLAGS.work_dir))
   evaluator = wiring_lib.build(config).evaluator
   weights = lambda w: tff.learning.models.ModelWeights(trainable=list(w),
                                                        non_trainable=[])
@@ -341,14 +347,14 @@ def rows_of(authors: list[dict], project: list[dict],
 
 
 def write_rows(rows: list[tuple]) -> None:
-  os.makedirs(os.path.dirname(_OUTPUT.value) or '.', exist_ok=True)
-  with open(_OUTPUT.value + '.partial', 'w', newline='') as f:
+  os.makedirs(os.path.dirname(FLAGS.output) or '.', exist_ok=True)
+  with open(FLAGS.output + '.partial', 'w', newline='') as f:
     writer = csv.writer(f)
     writer.writerow(('round', 'quantity', 'authors', 'project',
                      'project_perturbed', 'authors_vs_project',
                      'project_vs_perturbed'))
     writer.writerows(rows)
-  os.replace(_OUTPUT.value + '.partial', _OUTPUT.value)
+  os.replace(FLAGS.output + '.partial', FLAGS.output)
   rounds = max(row[0] for row in rows)
   print('quantity: |authors - project| (round 1, largest), '
         '|project - perturbed project| (round 1, largest)')
@@ -366,10 +372,11 @@ def write_rows(rows: list[tuple]) -> None:
 def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
-  if _SIDE.value is None:
+  if FLAGS.side is None:
     raise app.UsageError('--side: expected authors or project')
-  run_authors() if _SIDE.value == 'authors' else run_project()
+  run_authors() if FLAGS.side == 'authors' else run_project()
 
 
 if __name__ == '__main__':
+  define_flags()
   app.run(main)
