@@ -12,6 +12,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import psutil
@@ -50,6 +51,13 @@ def _workers_of(proc: subprocess.Popen) -> list[psutil.Process]:
             if 'worker_binary' in c.name()]
   except psutil.NoSuchProcess:
     return []
+
+
+def _read_rounds(stdout, rounds: list[tuple[float, str]]) -> None:
+  """Appends (arrival time, line) for each round line until stdout ends."""
+  for line in stdout:
+    if line.startswith('round'):
+      rounds.append((time.monotonic(), line))
 
 
 def _assert_gone(workers: list[psutil.Process]) -> None:
@@ -96,7 +104,10 @@ def test_normal_exit_leaves_no_worker(tmp_path, cache_dir):
 # and saves a checkpoint, so the delays after a round line fall in each of
 # them), with one and two workers: a signal recorded by the handler and
 # honoured between steps cannot be swallowed, as one raised from the handler
-# was (inside jax's gc callback).
+# was (inside jax's gc callback). "At once" is asserted in rounds, not
+# seconds (a loaded machine slows the exit, not the logic): the round in
+# flight is cut short, so at most the one being released is printed after
+# the signal.
 INT, TERM = signal.SIGINT, signal.SIGTERM
 STOPS = [(INT, 1, 0.0), (INT, 1, 0.4), (INT, 1, 0.9), (INT, 1, 1.6),
          (INT, 2, 0.4), (INT, 2, 1.6), (TERM, 1, 0.2), (TERM, 1, 1.2),
@@ -118,14 +129,28 @@ def test_signal_stops_at_once_resumably_and_leaves_no_worker(
     if line.startswith('round'):
       break
   assert workers_seen
+  rounds = [(time.monotonic(), line)]
+  reader = threading.Thread(target=_read_rounds, args=(proc.stdout, rounds))
+  reader.start()
   time.sleep(delay)
   sent = time.monotonic()
   proc.send_signal(sig)
-  _, err = proc.communicate(timeout=60)
-  seconds = time.monotonic() - sent
+  errors = []
+  err_reader = threading.Thread(target=lambda: errors.append(
+      proc.stderr.read()))
+  err_reader.start()
+  proc.wait(timeout=60)  # A swallowed signal trains on towards round 1000.
+  reader.join(timeout=10)
+  err_reader.join(timeout=10)
+  err = errors[0]
   assert proc.returncode == 128 + sig, err
-  assert seconds < 5, f'{seconds:.1f} s to stop'
+  after = [line for t, line in rounds if t > sent]
+  assert len(after) <= 1, f'rounds after the signal: {after}'
   run_dir = tmp_path / 'runs' / name
+  # Nothing half-released: metrics.csv ends at the last round printed.
+  last = int(rounds[-1][1].split()[1].split('/')[0])
+  with open(run_dir / 'metrics.csv') as f:
+    assert int(f.read().splitlines()[-1].split(',')[0]) == last
   assert err.strip().splitlines()[-1] == (
       f'stopped by {signal.Signals(sig).name}; rerun the same command to '
       f'resume {run_dir}')
