@@ -288,17 +288,6 @@ def test_early_stop_ends_the_run_and_stays_ended(tmp_path, cache_dir):
   assert len(_rows(cfg)) == 2
 
 
-def test_early_stop_counts_evaluations_after_the_first_hit():
-  stop = experiment.EarlyStop(0.8, 2)
-  for accuracy, done in ((0.5, False), (0.81, False), (0.7, False),
-                         (0.75, True)):
-    stop.observe(accuracy)
-    assert stop.done is done
-  never = experiment.EarlyStop(None, 0)
-  never.replay([0.99, 1.0])
-  assert not never.done
-
-
 def test_changed_settings_refuse_to_resume(tmp_path, cache_dir):
   cfg = _config(tmp_path, cache_dir, total_rounds=1, experiment_name='x')
   experiment.Experiment(cfg, out=io.StringIO()).run()

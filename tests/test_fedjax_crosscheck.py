@@ -14,8 +14,12 @@ import sys
 import numpy as np
 import pytest
 
+from absl import flags
+
+from benchmarks.fedjax_crosscheck import authors_code
 from benchmarks.fedjax_crosscheck import compare
 from benchmarks.fedjax_crosscheck import femnist
+from benchmarks.fedjax_crosscheck import rows
 from benchmarks.fedjax_crosscheck import run_files
 from benchmarks.fedjax_crosscheck import stackoverflow
 from tests.conftest import ROOT
@@ -194,6 +198,61 @@ def test_resume_keeps_rows_up_to_the_saved_round_and_refuses_other_settings(
   with pytest.raises(ValueError, match='clients_per_round=10 there'):
     run_files.check_config(run_dir, dict(config, clients_per_round=20))
 
+
+
+@pytest.mark.parametrize('row', sorted(set(rows.ROWS) - {rows.BASELINE}))
+def test_rows_start_where_the_projects_row_flagfiles_do(row, monkeypatch):
+  monkeypatch.chdir(ROOT)  # The flagfiles include each other from the root.
+  argv = flags.FLAGS.read_flags_from_files(
+      ['x', f'--flagfile=flagfiles/table1_authors/emnist_{row}_fedavg.cfg'],
+      force_gnu=True)
+  values = dict(a[2:].split('=', 1) for a in argv[1:] if '=' in a)
+  assert (float(values['client_learning_rate']),
+          int(values['client_batch_size']),
+          int(values['clients_per_round'])) == (
+              rows.ROWS[row].client_learning_rate,
+              rows.ROWS[row].client_batch_size,
+              rows.ROWS[row].clients_per_round)
+
+
+def _authors_checkout(root, row_lines):
+  folder = root / 'experiments' / 'fathom'
+  (folder / 'BS_exp_config').mkdir(parents=True)
+  (folder / 'fathom.EMNIST_CONV.flags').write_text(
+      '-num_clients_per_round=10\n-fathom_initial_learning_rate=0.1\n'
+      '-fathom_initial_batch_size=20\n-fathom_eta_h=0.01\n')
+  (folder / 'BS_exp_config' / 'EMNIST_BS_exp4.flags').write_text(row_lines)
+  return str(root)
+
+
+def test_authors_row_flagfile_overrides_the_one_it_includes(tmp_path):
+  repo = _authors_checkout(tmp_path, (
+      '-flagfile=./experiments/fathom/fathom.EMNIST_CONV.flags \n'
+      '-fathom_initial_batch_size=256\n'))
+  values = authors_code.flagfile_values(
+      repo, 'experiments/fathom/BS_exp_config/EMNIST_BS_exp4.flags')
+  assert values == {'num_clients_per_round': '10',
+                    'fathom_initial_learning_rate': '0.1',
+                    'fathom_initial_batch_size': '256',
+                    'fathom_eta_h': '0.01'}
+  rows.check_authors_flags('bs256', values)
+  with pytest.raises(ValueError, match=r'--row=bs4: .*\(0\.1, 256, 10\), '
+                     r'expected \(0\.1, 4, 10\)'):
+    rows.check_authors_flags('bs4', values)
+
+
+def test_authors_flags_included_first_lose_to_later_lines(tmp_path):
+  repo = _authors_checkout(tmp_path, (
+      '-fathom_initial_batch_size=256\n'
+      '-flagfile=./experiments/fathom/fathom.EMNIST_CONV.flags\n'))
+  values = authors_code.flagfile_values(
+      repo, 'experiments/fathom/BS_exp_config/EMNIST_BS_exp4.flags')
+  assert values['fathom_initial_batch_size'] == '20'
+
+
+def test_row_run_names_keep_the_baselines_first_names():
+  assert rows.run_name('baseline', 'authors_fathom', 2) == 'authors_fathom_s2'
+  assert rows.run_name('bs4', 'fedjax_fedavg', 0) == 'bs4_fedjax_fedavg_s0'
 
 
 def test_same_state_maps_haiku_names_to_the_keras_order():

@@ -20,6 +20,7 @@ import time
 from typing import Any, Callable, Optional, TextIO
 
 from tff_hpo.runs import checkpoint as checkpoint_lib
+from tff_hpo.runs.early_stop import EarlyStop
 from tff_hpo.rounds import client_states
 from tff_hpo import config as config_lib
 from tff_hpo.rounds import round_metrics
@@ -37,31 +38,6 @@ from tff_hpo.algorithms import registry
 METRICS_CSV = run_dir_lib.METRICS_CSV
 CONFIG_JSON = run_dir_lib.CONFIG_JSON
 CLIENT_STATES_DIR = run_dir_lib.CLIENT_STATES_DIR
-
-
-class EarlyStop:
-  """Done once eval accuracy has reached `target` and `evals_after` further
-  evaluations (whatever their accuracy) are recorded; never without a
-  target."""
-
-  def __init__(self, target: Optional[float], evals_after: int):
-    self.target, self.evals_after = target, evals_after
-    self.evals_since_hit = -1  # -1: not reached yet.
-
-  def observe(self, accuracy: float) -> None:
-    if self.evals_since_hit >= 0:
-      self.evals_since_hit += 1
-    elif self.target is not None and accuracy >= self.target:
-      self.evals_since_hit = 0
-
-  def replay(self, accuracies: list[float]) -> None:
-    for accuracy in accuracies:
-      self.observe(accuracy)
-
-  @property
-  def done(self) -> bool:
-    return (self.target is not None and
-            self.evals_since_hit >= self.evals_after)
 
 
 @contextlib.contextmanager

@@ -16,19 +16,24 @@ from absl import app
 FLAGFILE = os.path.join('experiments', 'fathom', 'fathom.EMNIST_CONV.flags')
 
 
-def flagfile_values(repo: str) -> dict[str, str]:
-  """`-name=value` lines of the authors' EMNIST flagfile in `repo`."""
-  path = os.path.join(repo, FLAGFILE)
-  if not os.path.isfile(path):
-    raise app.UsageError(f'--fathom_repo: no {FLAGFILE} in {repo} (expected '
+def flagfile_values(repo: str, path: str = FLAGFILE) -> dict[str, str]:
+  """`-name=value` lines of the authors' flagfile `path` in `repo` (their
+  EMNIST one by default), with the flagfiles it includes read where the
+  include stands, so later lines win, as absl reads them."""
+  full = os.path.join(repo, path)
+  if not os.path.isfile(full):
+    raise app.UsageError(f'--fathom_repo: no {path} in {repo} (expected '
                          'a checkout of andrewkkan/fathom)')
   values = {}
-  with open(path) as f:
+  with open(full) as f:
     for line in f:
       line = line.strip().lstrip('-')
       if '=' in line and not line.startswith('#'):
         name, value = line.split('=', 1)
-        values[name] = value
+        if name == 'flagfile':
+          values.update(flagfile_values(repo, os.path.normpath(value)))
+        else:
+          values[name] = value
   return values
 
 

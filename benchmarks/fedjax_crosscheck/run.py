@@ -7,6 +7,10 @@
       --implementation=authors_fathom --fathom_repo=PATH --seed=0
   .venv-fedjax/bin/python -m benchmarks.fedjax_crosscheck.run \
       --task=stackoverflow_nwp --implementation=fedjax_fedavg --seed=0
+  # Another Table 1 row (rows.py), Table 1's budget and early stop:
+  .venv-fedjax/bin/python -m benchmarks.fedjax_crosscheck.run \
+      --implementation=authors_fathom --fathom_repo=PATH --row=bs256 \
+      --seed=0 --rounds=600 --early_stop_accuracy=0.86 --early_stop_evals=3
 
 The reference the project's authors' pipeline is checked against, run by
 FedJAX itself, never by this project's code:
@@ -31,7 +35,15 @@ FedJAX itself, never by this project's code:
   (`ClientWeighting.NUM_EXAMPLES`, counting the examples trained on) gives
   on FedJAX's batches, instead of FedJAX's n (each sampled client's
   dataset reports that length to `fed_avg`; its batches are unchanged);
-- both: 10 clients a round by `fedjax.client_samplers.UniformGetClientSampler`,
+- `--row`: one of Table 1's EMNIST rows (`rows.py`): FedJAX's FedAvg at
+  the row's eta_L, B and clients a round; the authors' FATHOM with their
+  own flagfile of the row (`experiments/fathom/{LR,BS,NC}_exp_config/`),
+  checked to give the same values. Run directories `<row>_<implementation>_
+  s<seed>` (the baseline row's keep their first names);
+- `--early_stop_accuracy` / `--early_stop_evals`: the runner's early stop
+  (`tff_hpo.runs.early_stop`), so a row runs on Table 1's budget;
+- both: 10 clients a round (or the row's) by
+  `fedjax.client_samplers.UniformGetClientSampler`,
   every test client evaluated (`ModelFullEvaluationFn`) every
   `--rounds_per_eval` rounds.
 
@@ -76,8 +88,10 @@ from absl import flags
 
 from benchmarks.fedjax_crosscheck import authors_code
 from benchmarks.fedjax_crosscheck import femnist
+from benchmarks.fedjax_crosscheck import rows as rows_lib
 from benchmarks.fedjax_crosscheck import run_files
 from benchmarks.fedjax_crosscheck import stackoverflow
+from tff_hpo.runs import early_stop
 from tff_hpo.runs import run_status
 
 IMPLEMENTATIONS = ('fedjax_fedavg', 'fedjax_fedavg_processed_weights',
@@ -101,6 +115,15 @@ _DATA = flags.DEFINE_string('offline_data_dir', '../shared/datasets',
 _CACHE = flags.DEFINE_string(
     'cache_dir', '.cache/tff', 'The project\'s converted caches (`make data`): '
     'Stack Overflow\'s sentences and word counts.')
+_ROW = flags.DEFINE_enum(
+    'row', rows_lib.BASELINE, list(rows_lib.ROWS),
+    'Which of Table 1\'s EMNIST rows (rows.py).')
+_EARLY_STOP = flags.DEFINE_float(
+    'early_stop_accuracy', None, 'Stop once test accuracy reaches this and '
+    '--early_stop_evals further evaluations are recorded (as the runner).')
+_EARLY_STOP_EVALS = flags.DEFINE_integer(
+    'early_stop_evals', 0, 'Evaluations after the one that reached '
+    '--early_stop_accuracy.', lower_bound=0)
 _FATHOM_REPO = flags.DEFINE_string(
     'fathom_repo', None, 'A checkout of andrewkkan/fathom (for authors_*).')
 _OUTPUT = flags.DEFINE_string('output_root', 'results/fedjax_crosscheck',
@@ -135,15 +158,26 @@ def versions() -> dict[str, str]:
   return out
 
 
+def fedavg_settings(task: str, row: str = rows_lib.BASELINE
+                    ) -> dict[str, Any]:
+  """fed_avg's settings on `task`, at EMNIST's `row`."""
+  if task != 'emnist_cr':
+    return dict(FEDAVG[task])
+  r = rows_lib.ROWS[row]
+  return dict(FEDAVG[task], client_learning_rate=r.client_learning_rate,
+              client_batch_size=r.client_batch_size)
+
+
 def build(implementation: str, seed: int, grad_fn: Callable[..., Any],
-          flagfile: dict[str, str], task: str = 'emnist_cr'
+          flagfile: dict[str, str], task: str = 'emnist_cr',
+          row: str = rows_lib.BASELINE
           ) -> tuple[Any, dict[str, Any], Callable[[Any], tuple]]:
   """(algorithm, settings for config.json, state -> (eta_L, E, B) the next
   round's clients use)."""
   import fedjax  # pylint: disable=g-import-not-at-top
   batch_seed = 4 * seed + 4
   if implementation.startswith('fedjax_fedavg'):
-    fedavg = FEDAVG[task]
+    fedavg = fedavg_settings(task, row)
     algorithm = fedjax.algorithms.fed_avg.federated_averaging(
         grad_fn, fedjax.optimizers.sgd(fedavg['client_learning_rate']),
         fedjax.optimizers.sgd(fedavg['server_learning_rate']),
@@ -271,14 +305,33 @@ def main(argv: Sequence[str]) -> None:
     raise app.UsageError(f'--implementation: only fedjax_fedavg runs on '
                          f'--task={task_name} (the authors\' code has no '
                          'Stack Overflow run here), not {implementation}')
+  table_row = _ROW.value
+  if task_name != 'emnist_cr' and table_row != rows_lib.BASELINE:
+    raise app.UsageError(f'--row={table_row}: rows are EMNIST\'s; --task='
+                         f'{task_name} runs its baseline only')
   rounds = _ROUNDS.value or DEFAULT_ROUNDS[task_name]
-  clients_per_round = _CLIENTS.value or DEFAULT_CLIENTS[task_name]
+  clients_per_round = (rows_lib.ROWS[table_row].clients_per_round
+                       if task_name == 'emnist_cr'
+                       else DEFAULT_CLIENTS[task_name])
+  if _CLIENTS.value and table_row != rows_lib.BASELINE and (
+      _CLIENTS.value != clients_per_round):
+    raise app.UsageError(f'--clients_per_round={_CLIENTS.value}: '
+                         f'--row={table_row} has {clients_per_round}; leave '
+                         'it out')
+  clients_per_round = _CLIENTS.value or clients_per_round
   flagfile = {}
   if implementation.startswith('authors_'):
     if not _FATHOM_REPO.value:
       raise app.UsageError(f'--fathom_repo: expected a checkout of '
                            f'andrewkkan/fathom for {implementation}')
-    flagfile = authors_code.flagfile_values(_FATHOM_REPO.value)
+    row_file = rows_lib.ROWS[table_row].authors_flagfile
+    flagfile = authors_code.flagfile_values(
+        _FATHOM_REPO.value, authors_code.FLAGFILE if row_file is None
+        else os.path.join(os.path.dirname(authors_code.FLAGFILE), row_file))
+    try:
+      rows_lib.check_authors_flags(table_row, flagfile)
+    except ValueError as e:
+      raise app.UsageError(str(e)) from e
   task = emnist_task() if task_name == 'emnist_cr' else stackoverflow_task()
 
   import fedjax  # pylint: disable=g-import-not-at-top
@@ -286,15 +339,22 @@ def main(argv: Sequence[str]) -> None:
   model = task.model
   algorithm, settings, used = build(implementation, seed,
                                     fedjax.model_grad(model), flagfile,
-                                    task_name)
+                                    task_name, table_row)
   # EMNIST's run names stay those of the first cross-check.
-  name = (f'{implementation}_s{seed}' if task_name == 'emnist_cr'
+  name = (rows_lib.run_name(table_row, implementation, seed)
+          if task_name == 'emnist_cr'
           else f'{task_name}_{implementation}_s{seed}')
+  # Keys only where they differ from the first runs', which stay resumable.
+  extra = ({'row': table_row} if table_row != rows_lib.BASELINE else {}) | (
+      {'early_stop_accuracy': _EARLY_STOP.value,
+       'early_stop_evals': _EARLY_STOP_EVALS.value}
+      if _EARLY_STOP.value is not None else {})
   config = dict(task=task_name, pipeline='fedjax', seed=seed,
                 params_seed=4 * seed + 1, train_sampler_seed=4 * seed + 2,
                 clients_per_round=clients_per_round,
                 rounds_per_eval=_EVAL_EVERY.value, total_rounds=rounds,
-                experiment_name=name, versions=versions(), **settings)
+                experiment_name=name, versions=versions(), **settings,
+                **extra)
   run_dir = os.path.join(_OUTPUT.value, config['experiment_name'])
   os.makedirs(run_dir, exist_ok=True)
   run_files.check_config(run_dir, config)
@@ -310,6 +370,9 @@ def main(argv: Sequence[str]) -> None:
   else:
     state = algorithm.init(model.init(jax.random.PRNGKey(4 * seed + 1)))
   rows = run_files.read_metrics(run_dir, done)
+  stop = early_stop.EarlyStop(_EARLY_STOP.value, _EARLY_STOP_EVALS.value)
+  stop.replay([float(r['eval/accuracy']) for r in rows
+               if r.get('eval/accuracy') not in (None, '')])
   examples_total = int(rows[-1]['cost/examples_cumulative']) if rows else 0
   steps_total = int(rows[-1]['cost/local_steps_cumulative']) if rows else 0
   sampler = fedjax.client_samplers.UniformGetClientSampler(
@@ -321,7 +384,11 @@ def main(argv: Sequence[str]) -> None:
         f'{task.num_train_clients} train clients, {task.num_test_examples} '
         f'test examples, from round {done + 1} to {rounds}', flush=True)
 
+  round_num = done
   for round_num in range(done + 1, rounds + 1):
+    if stop.done:  # Resumed after the early stop.
+      round_num -= 1
+      break
     eta, epochs, batch = used(state)
     clients = sampler.sample()
     start = time.perf_counter()
@@ -354,10 +421,13 @@ def main(argv: Sequence[str]) -> None:
           state_path, pickle.dumps((round_num, jax.device_get(state))))
       print(f'round {round_num}: test accuracy {row["eval/accuracy"]:.4f}, '
             f'{seconds:.2f} s', flush=True)
+      stop.observe(row['eval/accuracy'])
+      if stop.done:
+        break
   # The runner's own status file, so the Table 1 report reads these runs.
-  run_status.write(run_dir, last_round=rounds, stopped_early=False,
-                   total_rounds=rounds, early_stop_accuracy=None,
-                   early_stop_evals=0)
+  run_status.write(run_dir, last_round=round_num, stopped_early=stop.done,
+                   total_rounds=rounds, early_stop_accuracy=_EARLY_STOP.value,
+                   early_stop_evals=_EARLY_STOP_EVALS.value)
 
 
 if __name__ == '__main__':

@@ -312,18 +312,31 @@ def test_rerun_rows_set_new_old_and_authors_code_ratios_side_by_side(
        algorithm='fedavg', seed=0)
   _run(crosscheck, 'authors_fathom_eta_h0_s0', [0.5, 0.6, 0.7, 0.8],
        algorithm='fedavg', seed=0)
+  # The authors' code on BS_0 = 4: 1 / 3 rounds against FedJAX's FedAvg; a
+  # variant of FedJAX's FedAvg and another task's run stay out.
+  _run(crosscheck, 'bs4_authors_fathom_s0', [0.8], algorithm='fathom', seed=0)
+  _run(crosscheck, 'bs4_fedjax_fedavg_s0', [0.5, 0.6, 0.8],
+       algorithm='fedavg', seed=0)
+  _run(crosscheck, 'fedjax_fedavg_processed_weights_s0', [0.8],
+       algorithm='fedavg', seed=0)
+  _run(crosscheck, 'stackoverflow_nwp_fedjax_fedavg_s0', [0.8],
+       algorithm='fedavg', seed=0)
   pairs = table1.crosscheck_pairs(str(crosscheck))
+  assert sorted(pairs) == ['authors_emnist_baseline', 'authors_emnist_bs4']
+  assert sorted(pairs['authors_emnist_bs4']) == ['FedJAX fed_avg']
+  assert [r.name for r in pairs['authors_emnist_baseline'][
+      'FedJAX fed_avg'][1]] == ['fedjax_fedavg_s0']
   text = table1.rerun_markdown(table1.load_runs(str(table)), pairs)
   lines = text.splitlines()
   assert ('| authors_emnist_baseline | 0.8 | 0.50 / 0.50 (1 + 1) | - | - | '
           '0.75 / 0.75 (1 + 1) | 0.40 / 0.40 (1 + 1) | 0.50 / 0.50 (1 + 1) |'
           ) in lines
   assert ('| authors_emnist_bs4 | 0.8 | - | - | 0.33 / 0.33 (1 + 1) | '
-          '0.50 / 0.50 (1 + 1) | - | - |') in lines
+          '0.50 / 0.50 (1 + 1) | 0.33 / 0.33 (1 + 1) | - |') in lines
   assert table1.crosscheck_pairs(str(tmp_path / 'absent')) == {}
   # The committed files the report reads by default are where it looks.
-  assert set(table1.crosscheck_pairs()) == {'FedJAX fed_avg'} | (
-      set(table1.crosscheck_pairs()) & {'their FATHOM at eta_h = 0'})
+  baseline = table1.crosscheck_pairs()['authors_emnist_baseline']
+  assert set(baseline) == {'FedJAX fed_avg', 'their FATHOM at eta_h = 0'}
   assert table1.so_baselines()['target'] > 0
 
 

@@ -12,6 +12,7 @@ out of how many ended; runs still training count only once they reach it.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import glob
 import json
@@ -70,12 +71,15 @@ SUPERSEDED = (('authors_tffbatches_', 'fresh masks, TFF batches'),
               ('authors_fixedmasks_', 'FedJAX kernels, fixed masks'),
               ('authors_kerasinit_', 'Keras kernels'))
 # The authors' own code and FedJAX's FedAvg, run on the authors' EMNIST flags
-# (benchmarks/fedjax_crosscheck): the baseline row's third implementation.
+# (benchmarks/fedjax_crosscheck): a row's third implementation. Runs are
+# `[<row>_]<implementation>_s<seed>`, the baseline row's without the row.
 CROSSCHECK = os.path.join(ROOT, 'results', 'fedjax_crosscheck')
-CROSSCHECK_ROW = 'authors_emnist_baseline'
-# FedAvg beside the authors' FATHOM (`authors_fathom_s<seed>`), by run prefix.
-CROSSCHECK_FEDAVG = (('FedJAX fed_avg', 'fedjax_fedavg_s'),
-                     ('their FATHOM at eta_h = 0', 'authors_fathom_eta_h0_s'))
+CROSSCHECK_RUN = re.compile(r'(?:(?P<row>[a-z]+\d[\d.]*)_)?'
+                            r'(?P<implementation>\w+?)_s\d+')
+# FedAvg beside the authors' FATHOM (`authors_fathom`), by implementation.
+CROSSCHECK_FATHOM = 'authors_fathom'
+CROSSCHECK_FEDAVG = (('FedJAX fed_avg', 'fedjax_fedavg'),
+                     ('their FATHOM at eta_h = 0', 'authors_fathom_eta_h0'))
 
 
 @dataclasses.dataclass
@@ -316,29 +320,37 @@ def algorithms_markdown(runs: Sequence[RunInfo],
 
 
 def crosscheck_pairs(root: str = CROSSCHECK
-                     ) -> dict[str, tuple[list[RunInfo], list[RunInfo]]]:
-  """FedAvg label -> (the authors' FATHOM runs, that FedAvg's runs), for
-  each FedAvg of `CROSSCHECK_FEDAVG` that has runs beside FATHOM's."""
+                     ) -> dict[str, dict[str, tuple[list[RunInfo],
+                                                    list[RunInfo]]]]:
+  """Row of the authors' pipeline (`authors_emnist_<row>`) -> FedAvg label
+  -> (the authors' FATHOM runs, that FedAvg's runs), for each FedAvg of
+  `CROSSCHECK_FEDAVG` that has runs beside FATHOM's on the row."""
   if not os.path.isdir(root):
     return {}
-  runs = load_runs(root)
-  fathom = [r for r in runs if re.fullmatch(r'authors_fathom_s\d+', r.name)]
+  by_row = collections.defaultdict(lambda: collections.defaultdict(list))
+  for run in load_runs(root):
+    if match := CROSSCHECK_RUN.fullmatch(run.name):
+      row = 'authors_emnist_' + (match['row'] or 'baseline')
+      by_row[row][match['implementation']].append(run)
   pairs = {}
-  for label, prefix in CROSSCHECK_FEDAVG:
-    fedavg = [r for r in runs if re.fullmatch(rf'{prefix}\d+', r.name)]
-    if fathom and fedavg:
-      pairs[label] = (fathom, fedavg)
+  for row, runs in by_row.items():
+    found = {label: (runs[CROSSCHECK_FATHOM], runs[implementation])
+             for label, implementation in CROSSCHECK_FEDAVG
+             if runs[CROSSCHECK_FATHOM] and runs[implementation]}
+    if found:
+      pairs[row] = found
   return pairs
 
 
 def rerun_markdown(runs: Sequence[RunInfo],
-                   pairs: dict[str, tuple[list[RunInfo], list[RunInfo]]]
+                   pairs: dict[str, dict[str, tuple[list[RunInfo],
+                                                    list[RunInfo]]]]
                    ) -> str:
   """Per row of the authors' EMNIST pipeline: FATHOM / FedAvg ratios now
-  and in each earlier version of the pipeline (`SUPERSEDED`), and on the
-  baseline row the authors' code's own ratios. A cell gives the ratio of
-  rounds, then of examples, then the runs counted (FATHOM + FedAvg: those
-  that reached the target or ended)."""
+  and in each earlier version of the pipeline (`SUPERSEDED`), and the
+  authors' code's own ratios where it ran the row (`crosscheck_pairs`). A
+  cell gives the ratio of rounds, then of examples, then the runs counted
+  (FATHOM + FedAvg: those that reached the target or ended)."""
   def cell(fathom: Sequence[RunInfo], fedavg: Sequence[RunInfo],
            target: float) -> str:
     if not (fathom and fedavg):
@@ -365,8 +377,8 @@ def rerun_markdown(runs: Sequence[RunInfo],
     if not any(all(paired(v)) for v in versions):
       continue
     for target in EMNIST_TARGETS:
-      authors = [cell(*pairs[label], target)
-                 if row == CROSSCHECK_ROW and label in pairs else '-'
+      authors = [cell(*pairs[row][label], target)
+                 if label in pairs.get(row, {}) else '-'
                  for label, _ in CROSSCHECK_FEDAVG]
       lines.append(f'| {row} | {target:.3g} | ' +
                    ' | '.join(cell(*paired(v), target) for v in versions) +
@@ -561,9 +573,10 @@ RERUN_HEAD = (
     'batches) and as it ran before (`authors_tffbatches_emnist_*`: TFF\'s '
     'partial last batch; `authors_fixedmasks_emnist_*`: the same dropout '
     'masks whenever a client is sampled, too; `authors_kerasinit_emnist_*`: '
-    'Keras\' kernels too); in brackets the runs counted, FATHOM + FedAvg. On the baseline '
-    'row, the same ratios of the authors\' FedJAX code '
-    '(`results/fedjax_crosscheck`, 300 rounds, no early stop).\n\n')
+    'Keras\' kernels too); in brackets the runs counted, FATHOM + FedAvg. Where it ran '
+    'the row, the same ratios of the authors\' FedJAX code '
+    '(`results/fedjax_crosscheck`: the baseline row 300 rounds without the '
+    'early stop, the other rows Table 1\'s 600 rounds with it).\n\n')
 METHOD_MD = 'METHOD.md'  # Hand-written: the method, commands, budgets, reading; goes first.
 
 
