@@ -321,6 +321,11 @@ def test_rerun_rows_set_new_old_and_authors_code_ratios_side_by_side(
        algorithm='fedavg', seed=0)
   _run(crosscheck, 'stackoverflow_nwp_fedjax_fedavg_s0', [0.8],
        algorithm='fedavg', seed=0)
+  # A Stack Overflow row with both algorithms, now and before: not EMNIST's.
+  for prefix in ('authors', 'authors_kerasinit'):
+    for algorithm in ('fathom', 'fedavg'):
+      _run(table, f'{prefix}_stackoverflow_baseline_{algorithm}_s0', [0.1],
+           algorithm=algorithm, seed=0, task='stackoverflow_nwp')
   pairs = table1.crosscheck_pairs(str(crosscheck))
   assert sorted(pairs) == ['authors_emnist_baseline', 'authors_emnist_bs4']
   assert sorted(pairs['authors_emnist_bs4']) == ['FedJAX fed_avg']
@@ -333,6 +338,7 @@ def test_rerun_rows_set_new_old_and_authors_code_ratios_side_by_side(
           ) in lines
   assert ('| authors_emnist_bs4 | 0.8 | - | - | 0.33 / 0.33 (1 + 1) | '
           '0.50 / 0.50 (1 + 1) | 0.33 / 0.33 (1 + 1) | - |') in lines
+  assert 'stackoverflow' not in text
   assert table1.crosscheck_pairs(str(tmp_path / 'absent')) == {}
   # The committed files the report reads by default are where it looks.
   baseline = table1.crosscheck_pairs()['authors_emnist_baseline']

@@ -370,7 +370,8 @@ def rerun_markdown(runs: Sequence[RunInfo],
                       for label, _ in CROSSCHECK_FEDAVG) + ' |',
            '|' + '---|' * (3 + len(SUPERSEDED) + len(CROSSCHECK_FEDAVG))]
   rows = sorted({'authors_' + r.row[len(prefix):] for r in runs
-                 for prefix, _ in SUPERSEDED if r.row.startswith(prefix)})
+                 for prefix, _ in SUPERSEDED
+                 if r.row.startswith(prefix) and r.task == 'emnist_cr'})
   for row in rows:
     versions = [row] + [prefix + row[len('authors_'):]
                         for prefix, _ in SUPERSEDED]
