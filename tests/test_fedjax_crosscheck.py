@@ -215,22 +215,23 @@ def test_rows_start_where_the_projects_row_flagfiles_do(row, monkeypatch):
               rows.ROWS[row].clients_per_round)
 
 
-def _authors_checkout(root, row_lines):
+def _authors_row_flags(root, row_lines):
+  """The authors' flags of a fake checkout's BS_0 = 256 row."""
   folder = root / 'experiments' / 'fathom'
   (folder / 'BS_exp_config').mkdir(parents=True)
   (folder / 'fathom.EMNIST_CONV.flags').write_text(
       '-num_clients_per_round=10\n-fathom_initial_learning_rate=0.1\n'
       '-fathom_initial_batch_size=20\n-fathom_eta_h=0.01\n')
-  (folder / 'BS_exp_config' / 'EMNIST_BS_exp4.flags').write_text(row_lines)
-  return str(root)
+  row = folder / 'BS_exp_config' / 'EMNIST_BS_exp4.flags'
+  row.write_text(row_lines)
+  return authors_code.flagfile_values(str(root),
+                                      str(row.relative_to(root)))
 
 
 def test_authors_row_flagfile_overrides_the_one_it_includes(tmp_path):
-  repo = _authors_checkout(tmp_path, (
+  values = _authors_row_flags(tmp_path, (
       '-flagfile=./experiments/fathom/fathom.EMNIST_CONV.flags \n'
       '-fathom_initial_batch_size=256\n'))
-  values = authors_code.flagfile_values(
-      repo, 'experiments/fathom/BS_exp_config/EMNIST_BS_exp4.flags')
   assert values == {'num_clients_per_round': '10',
                     'fathom_initial_learning_rate': '0.1',
                     'fathom_initial_batch_size': '256',
@@ -242,11 +243,9 @@ def test_authors_row_flagfile_overrides_the_one_it_includes(tmp_path):
 
 
 def test_authors_flags_included_first_lose_to_later_lines(tmp_path):
-  repo = _authors_checkout(tmp_path, (
+  values = _authors_row_flags(tmp_path, (
       '-fathom_initial_batch_size=256\n'
       '-flagfile=./experiments/fathom/fathom.EMNIST_CONV.flags\n'))
-  values = authors_code.flagfile_values(
-      repo, 'experiments/fathom/BS_exp_config/EMNIST_BS_exp4.flags')
   assert values['fathom_initial_batch_size'] == '20'
 
 
