@@ -3,7 +3,8 @@
   python -m tff_hpo.tune --study_dir=results/tuning/fedavg_s0 \
       --flagfile=flagfiles/table1_authors/emnist_baseline_fedavg.cfg \
       --trials=30 --total_rounds=600 --rounds_per_eval=10 --seed=0 \
-      --targets=0.80,0.85,0.86 [--storage=URL] [--tune_server_learning_rate] \
+      --targets=0.80,0.85,0.86 [--stop_at_target=0.86] [--storage=URL] \
+      [--tune_server_learning_rate] \
       [-- more runner flags, e.g. --early_stop_accuracy=0.86]
 
 Searches eta_L, E and B (`tuning/space.py`) with TPE and prunes with
@@ -14,7 +15,8 @@ database). Run the same command again to continue; run it in a second
 process (or on a second machine with a shared --storage) to take trials in
 parallel, each process with its own --sampler_seed. Ends with the study's
 summary: its trials, the best one and what the study cost until a trial
-reached each target. Exit codes: 0, 1 (trials kept failing), 2 (bad input),
+reached each target (with --stop_at_target, the study ends once a trial
+reaches it: the cost to that target is the same). Exit codes: 0, 1 (trials kept failing), 2 (bad input),
 130 (stopped; the interrupted trial resumes at the next start).
 """
 
@@ -50,6 +52,17 @@ def _targets(text: str) -> list[float]:
   return values
 
 
+def _accuracy(text: str) -> float:
+  try:
+    value = float(text)
+  except ValueError:
+    value = -1.0
+  if not 0 < value < 1:
+    raise argparse.ArgumentTypeError(
+        f'expected an accuracy in (0, 1) like 0.86, got {text!r}')
+  return value
+
+
 def _parser() -> argparse.ArgumentParser:
   parser = argparse.ArgumentParser(
       prog='python -m tff_hpo.tune', description=__doc__.splitlines()[0])
@@ -78,6 +91,9 @@ def _parser() -> argparse.ArgumentParser:
                       'log-uniform in [0.1, 10]')
   parser.add_argument('--targets', type=_targets, default=[0.80, 0.85, 0.86],
                       help='accuracies the summary prices the study at')
+  parser.add_argument('--stop_at_target', type=_accuracy, default=None,
+                      help='end the study once a trial reaches this test '
+                      'accuracy (before --trials)')
   parser.add_argument('--heartbeat_seconds', type=_positive, default=30)
   return parser
 
@@ -109,7 +125,8 @@ def main(argv: Sequence[str]) -> int:
       space=space_lib.SearchSpace(
           server_learning_rate=(0.1, 10.0)
           if args.tune_server_learning_rate else None),
-      heartbeat_seconds=args.heartbeat_seconds)
+      heartbeat_seconds=args.heartbeat_seconds,
+      stop_at_target=args.stop_at_target)
   signal.signal(signal.SIGTERM, _stop)
   try:
     study = study_lib.optimize(settings)

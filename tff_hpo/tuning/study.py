@@ -58,6 +58,9 @@ class StudySettings:
   space: space_lib.SearchSpace = space_lib.SearchSpace()
   heartbeat_seconds: int = 30
   poll_seconds: float = 1.0
+  # End the study once a trial reaches this test accuracy: what the study
+  # cost until then (`costs.cost_to_target`) is the same as if it went on.
+  stop_at_target: Optional[float] = None
 
   @property
   def trials_dir(self) -> str:
@@ -136,15 +139,23 @@ def finished(study: optuna.Study) -> int:
   return len(study.get_trials(deepcopy=False, states=FINISHED))
 
 
+def reached(study: optuna.Study, target: Optional[float]) -> bool:
+  """Whether a trial of the study has reached `target` (never, if None)."""
+  return target is not None and costs.cost_to_target(records(study),
+                                                     target) is not None
+
+
 def optimize(settings: StudySettings) -> optuna.Study:
   """Runs trials until the study has `settings.trials` finished ones (all
   processes together; each process finishes the trial it holds, so a
-  shared study can end a trial or two beyond)."""
+  shared study can end a trial or two beyond), or until one of them has
+  reached `settings.stop_at_target`."""
   study = load(settings)
   study.set_user_attr(PLANNED_TRIALS, settings.trials)
   requeue_stopped(study)
   failures = 0
-  while finished(study) < settings.trials:
+  while finished(study) < settings.trials and not reached(
+      study, settings.stop_at_target):
     before = len(study.get_trials(deepcopy=False, states=(TrialState.FAIL,)))
     study.optimize(objective(settings), n_trials=1,
                    catch=(trials_lib.TrialFailed,))
