@@ -72,7 +72,8 @@ built.
 
 Each run writes `<output_root>/<implementation>_s<seed>/` (`run_files`), which
 `python -m tff_hpo.report` reads beside the project's runs. A stopped run
-resumes from its last evaluation (state.pickle).
+resumes from its last evaluation (state.pickle), or from its last
+`--rounds_per_checkpoint` round if that came later.
 """
 
 from __future__ import annotations
@@ -107,6 +108,10 @@ _ROUNDS = flags.DEFINE_integer(
 _EVAL_EVERY = flags.DEFINE_integer('rounds_per_eval', 10,
                                    'Evaluate every test client this often.',
                                    lower_bound=1)
+_CHECKPOINT_EVERY = flags.DEFINE_integer(
+    'rounds_per_checkpoint', None, 'Save the state (state.pickle) this often '
+    'too, besides at every evaluation: for rounds of minutes, as NCPR\'s.',
+    lower_bound=1)
 _CLIENTS = flags.DEFINE_integer(
     'clients_per_round', None, 'Clients a round (default 10 on EMNIST, 50 on '
     'Stack Overflow).', lower_bound=1)
@@ -416,9 +421,11 @@ def main(argv: Sequence[str]) -> None:
     rows.append(row)
     run_files.write_atomically(os.path.join(run_dir, run_files.METRICS_CSV),
                                run_files.metrics_csv(rows))
-    if evaluated:
+    if evaluated or (_CHECKPOINT_EVERY.value
+                     and round_num % _CHECKPOINT_EVERY.value == 0):
       run_files.write_atomically(
           state_path, pickle.dumps((round_num, jax.device_get(state))))
+    if evaluated:
       print(f'round {round_num}: test accuracy {row["eval/accuracy"]:.4f}, '
             f'{seconds:.2f} s', flush=True)
       stop.observe(row['eval/accuracy'])
