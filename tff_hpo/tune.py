@@ -16,8 +16,9 @@ process (or on a second machine with a shared --storage) to take trials in
 parallel, each process with its own --sampler_seed. Ends with the study's
 summary: its trials, the best one and what the study cost until a trial
 reached each target (with --stop_at_target, the study ends once a trial
-reaches it: the cost to that target is the same). Exit codes: 0, 1 (trials kept failing), 2 (bad input),
-130 (stopped; the interrupted trial resumes at the next start).
+reaches it: the cost to that target is the same). Exit codes: 0, 1
+(trials kept failing), 2 (bad input), 130 (stopped; the interrupted trial
+resumes at the next start).
 """
 
 from __future__ import annotations
