@@ -18,12 +18,17 @@ from tests.conftest import ROOT
 
 ALL_FLAGFILES = sorted(
     glob.glob(os.path.join(ROOT, 'flagfiles', '**', '*.cfg'), recursive=True))
+# Written by the tuning report (the tuned FedAvg's settings), once a study
+# has a trial to rerun.
+TUNED_FLAGFILES = sorted(glob.glob(os.path.join(ROOT, 'results', 'tuning',
+                                                '*.cfg')))
 # Parts that other flagfiles include; not runs of their own.
 INCLUDED_PARTS = ('_baseline.cfg', '_setting.cfg', '_pipeline.cfg')
 ALGORITHM_FILES = [f for f in ALL_FLAGFILES
                    if os.path.basename(os.path.dirname(f)) == 'algorithms']
 FLAGFILES = [f for f in ALL_FLAGFILES
              if not f.endswith(INCLUDED_PARTS) and f not in ALGORITHM_FILES]
+FLAGFILES += TUNED_FLAGFILES
 
 
 @pytest.mark.parametrize('path', FLAGFILES, ids=os.path.basename)

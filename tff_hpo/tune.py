@@ -99,6 +99,14 @@ def _parser() -> argparse.ArgumentParser:
   return parser
 
 
+def _in_project(path: str) -> str:
+  """`path` relative to the project when inside it: the form a flagfile
+  names another in (the runner starts from the project)."""
+  path = os.path.abspath(path)
+  inside = os.path.commonpath([path, trials_lib.ROOT]) == trials_lib.ROOT
+  return os.path.relpath(path, trials_lib.ROOT) if inside else path
+
+
 def _stop(signum, frame):  # pylint: disable=unused-argument
   raise KeyboardInterrupt
 
@@ -127,7 +135,8 @@ def main(argv: Sequence[str]) -> int:
           server_learning_rate=(0.1, 10.0)
           if args.tune_server_learning_rate else None),
       heartbeat_seconds=args.heartbeat_seconds,
-      stop_at_target=args.stop_at_target)
+      stop_at_target=args.stop_at_target,
+      flagfile=_in_project(args.flagfile))
   signal.signal(signal.SIGTERM, _stop)
   try:
     study = study_lib.optimize(settings)

@@ -15,7 +15,7 @@ from tff_hpo.reporting import table1
 
 
 def _run(root, name, accuracies, *, algorithm, seed, task='emnist_cr',
-         ended=True, budget=None):
+         ended=True, budget=None, settings=None):
   """One run: eval every round, 100 examples, 5 steps, 2 s per round."""
   run = root / name
   run.mkdir(parents=True)
@@ -29,7 +29,7 @@ def _run(root, name, accuracies, *, algorithm, seed, task='emnist_cr',
   budget = budget or len(accuracies)
   (run / 'config.json').write_text(json.dumps(
       {'algorithm': algorithm, 'seed': seed, 'task': task,
-       'total_rounds': budget}))
+       'total_rounds': budget, **(settings or {})}))
   (run / 'dataset.txt').write_text('hand-made\n')
   if ended:
     (run / 'status.json').write_text(json.dumps(
@@ -266,6 +266,41 @@ def test_every_algorithm_of_a_row_with_costs_and_ratios_to_fedavg(tmp_path):
       '| fedadam | 3 (1/2) | 0K (1/2) | 15 (1/2) | 6 (1/2) | '
       '> 0.75 / > 0.75 / > 0.75 |',
       '| scaffold | pending | pending | pending | pending | NA / NA / NA |']
+
+
+def test_tuned_fedavg_beside_fedavg_and_fathom_from_each_start(tmp_path):
+  tuned = {'client_learning_rate': 0.0316, 'client_epochs': 3,
+           'client_batch_size': 12, 'server_learning_rate': 1.0}
+  _run(tmp_path, 'authors_emnist_tuned_fedavg_s0', [0.5, 0.9],
+       algorithm='fedavg', seed=0, settings=tuned)
+  _run(tmp_path, 'authors_emnist_tuned_fedavg_s1', [0.5, 0.6, 0.7, 0.9],
+       algorithm='fedavg', seed=1, settings=tuned)
+  _run(tmp_path, 'authors_emnist_baseline_fedavg_s0', [0.5, 0.6, 0.8, 0.9],
+       algorithm='fedavg', seed=0)
+  _run(tmp_path, 'authors_emnist_baseline_fathom_s0', [0.9],
+       algorithm='fathom', seed=0)
+  _run(tmp_path, 'authors_emnist_bs4_fathom_s0', [0.5, 0.6, 0.7, 0.8, 0.85],
+       algorithm='fathom', seed=0)
+  runs = table1.load_runs(str(tmp_path))
+  lines = table1.tuned_markdown(runs).splitlines()
+  label = ('FedAvg tuned (client_learning_rate 0.0316, client_epochs 3, '
+           'client_batch_size 12, server_learning_rate 1)')
+  assert lines[2:6] == [
+      f'| {label} | 2/2 | 0.900 ± 0.000 |',
+      "| FedAvg at the baseline's values | 1/1 | 0.900 |",
+      '| FATHOM from baseline values | 1/1 | 0.900 |',
+      '| FATHOM from BS_0 = 4 | 1/1 | 0.850 |']
+  at86 = lines[lines.index('Test accuracy 0.86:') + 4:][:4]
+  # Tuned: rounds 2 and 4 (mean 3); FedAvg 4; FATHOM 1; FATHOM from BS_0 =
+  # 4 ended at round 5 short of it: more than 5 / 3.
+  assert [line.split(' | ')[-1] for line in at86] == [
+      '- |', '1.33 / 1.33 / 1.33 |', '0.33 / 0.33 / 0.33 |',
+      '> 1.67 / > 1.67 / > 1.67 |']
+  assert table1.tuned_markdown([r for r in runs
+                                if r.row != table1.TUNED_ROW]) == ''
+  table1.write(str(tmp_path))
+  assert '## FATHOM against a tuned FedAvg' in (
+      tmp_path / 'README.md').read_text()
 
 
 def test_algorithms_without_a_papers_values_for_the_task_are_marked(

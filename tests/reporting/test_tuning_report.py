@@ -14,6 +14,9 @@ import pandas as pd
 import pytest
 
 from tff_hpo import report
+from tff_hpo import sweep
+from tff_hpo.reporting import stats
+from tff_hpo.reporting import table1
 from tff_hpo.reporting import tuning
 from tff_hpo.tuning import study as study_lib
 from tff_hpo.tuning import trials as trials_lib
@@ -36,7 +39,7 @@ def _metrics(run_dir, accuracies):
   return run_dir
 
 
-def _study(root, name, planned, trials):
+def _study(root, name, planned, trials, flagfile=None):
   """A study folder as `tff_hpo.tune` leaves it; `trials`: (state,
   accuracies, learning rate) in trial order."""
   folder = root / name
@@ -45,6 +48,8 @@ def _study(root, name, planned, trials):
       study_name='study', direction='maximize',
       storage=f'sqlite:///{folder / "study.db"}')
   study.set_user_attr(study_lib.PLANNED_TRIALS, planned)
+  if flagfile:
+    study.set_user_attr(study_lib.FLAGFILE, flagfile)
   for number, (state, accuracies, lr) in enumerate(trials):
     run_dir = _metrics(folder / 'trials' / f'trial_{number}', accuracies)
     study.add_trial(optuna.trial.create_trial(
@@ -72,7 +77,7 @@ def roots(tmp_path):
   # Reaches in its second trial at round 3, after a pruned 2-round trial.
   _study(studies, 's0', 2, [(TrialState.PRUNED, [0.2, 0.3], 0.5),
                             (TrialState.COMPLETE, [0.5, 0.7, 0.87, 0.9],
-                             0.05)])
+                             0.05)], flagfile='flagfiles/x_fedavg.cfg')
   # Finished without reaching: charged its 4 rounds, a lower bound.
   _study(studies, 's1', 1, [(TrialState.COMPLETE, [0.5, 0.6, 0.7, 0.8],
                              0.01)])
@@ -111,11 +116,37 @@ def test_ratios_to_fathom_per_start(roots):
   assert '| FATHOM, one run from LR_0 = 0.05' not in lines  # No runs.
 
 
-def test_best_settings_are_the_highest_complete_trial(roots):
-  best = tuning.best_settings(tuning.load_studies(str(roots[0])))
-  assert best == {'study': 's0', 'trial': 1, 'accuracy': 0.9,
-                  'params': {'client_learning_rate': 0.05,
+def test_best_settings_reach_the_target_in_the_fewest_rounds(tmp_path):
+  # s_a reaches later with a higher best; s_b sooner with a lower one; a
+  # pruned trial's higher best at a cut budget, unreached, does not count.
+  _study(tmp_path, 's_a', 2, [(TrialState.COMPLETE, [0.5, 0.7, 0.87, 0.95],
+                               0.05),
+                              (TrialState.PRUNED, [0.85], 0.9)],
+         flagfile='flagfiles/a.cfg')
+  _study(tmp_path, 's_b', 1, [(TrialState.COMPLETE, [0.6, 0.86], 0.2)])
+  best = tuning.best_settings(tuning.load_studies(str(tmp_path)), 0.86)
+  assert best == {'study': 's_b', 'trial': 0, 'accuracy': 0.86,
+                  'rounds_to_target': 2, 'flagfile': None,
+                  'params': {'client_learning_rate': 0.2,
                              'client_batch_size': 20}}
+  # Above every trial's reach: the highest complete trial, not the pruned.
+  best = tuning.best_settings(tuning.load_studies(str(tmp_path)), 0.99)
+  assert (best['study'], best['trial'], best['rounds_to_target'],
+          best['flagfile']) == ('s_a', 0, None, 'flagfiles/a.cfg')
+
+
+def test_the_tuned_flagfile_reruns_the_best_as_table1s_tuned_row(roots):
+  best = tuning.best_settings(tuning.load_studies(str(roots[0])), 0.86)
+  assert tuning.tuned_flagfile(best, 0.86).splitlines() == [
+      '# Tuned FedAvg: study s0, trial 1 (reached 0.86 at round 3). Written '
+      'by `python -m tff_hpo.report --tuning`.',
+      '--flagfile=flagfiles/x_fedavg.cfg',
+      '--client_batch_size=20', '--client_learning_rate=0.05',
+      '--experiment_name=authors_emnist_tuned_fedavg']
+  (roots[0] / 'x.cfg').write_text(tuning.tuned_flagfile(best, 0.86))
+  run_name = sweep.experiment_name(str(roots[0] / 'x.cfg')) + '_s0'
+  assert stats.row_of(run_name, 'fedavg', 0) == table1.TUNED_ROW
+  assert tuning.tuned_flagfile({**best, 'flagfile': None}, 0.86) is None
 
 
 def test_the_page_and_figure_are_written(roots, capsys):
@@ -123,6 +154,11 @@ def test_the_page_and_figure_are_written(roots, capsys):
   assert report.main([f'--tuning={studies}', f'--fathom={fathom}']) == 0
   page = (studies / 'README.md').read_text()
   assert '`--client_learning_rate=0.05`' in page
+  assert 'reached 0.86 at round 3' in page
+  assert '--flagfiles=' + str(studies / tuning.TUNED_FLAGFILE) in page
+  assert (studies / tuning.TUNED_FLAGFILE).read_text() == (
+      tuning.tuned_flagfile(tuning.best_settings(
+          tuning.load_studies(str(studies)), 0.86), 0.86))
   assert '- s2: 1 trials trained, under way' in page
   assert '- studies: hand-made trials' in page
   assert '- FATHOM: hand-made table1' in page

@@ -61,6 +61,26 @@ def test_without_a_stop_target_the_study_runs_all_its_trials(tmp_path):
   assert [t.value for t in study.trials] == list(BEST)
 
 
+@pytest.mark.parametrize('inside', [True, False])
+def test_the_study_records_its_flagfile_as_the_project_names_it(
+    tmp_path, inside):
+  # A rerun of the best settings starts from it: relative to the project
+  # when inside it (as flagfiles name each other), else as it is.
+  name = os.path.join('flagfiles', 'table1_authors',
+                      'emnist_baseline_fedavg.cfg')
+  flagfile = (os.path.join(trials_lib.ROOT, name) if inside
+              else str(tmp_path / 'f.cfg'))
+  if not inside:
+    (tmp_path / 'f.cfg').write_text('--algorithm=fedavg\n')
+  study_dir = tmp_path / 'study'
+  assert tune.main([f'--study_dir={study_dir}', f'--flagfile={flagfile}',
+                    '--trials=1', '--total_rounds=2']) == 0
+  study = optuna.load_study(study_name='study',
+                            storage=f'sqlite:///{study_dir / "study.db"}')
+  assert study.user_attrs[study_lib.FLAGFILE] == (name if inside
+                                                  else flagfile)
+
+
 @pytest.mark.parametrize('value', ['1.5', '0', 'high'])
 def test_a_stop_target_outside_0_1_is_refused_naming_the_flag(
     tmp_path, capsys, value):

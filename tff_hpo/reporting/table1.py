@@ -81,6 +81,18 @@ CROSSCHECK_FATHOM = 'authors_fathom'
 CROSSCHECK_FEDAVG = (('FedJAX fed_avg', 'fedjax_fedavg'),
                      ('their FATHOM at eta_h = 0', 'authors_fathom_eta_h0'))
 
+# FATHOM's rows of the authors' pipeline and the start each one tests.
+FATHOM_STARTS = (('authors_emnist_baseline', 'baseline values'),
+                 ('authors_emnist_lr0.05', 'LR_0 = 0.05'),
+                 ('authors_emnist_bs4', 'BS_0 = 4'),
+                 ('authors_emnist_bs256', 'BS_0 = 256'))
+# FedAvg at the settings a tuning study found (`results/tuning/
+# tuned_fedavg.cfg`, written by the tuning report): runs
+# `authors_emnist_tuned_fedavg_s<k>`.
+TUNED_ROW = 'authors_emnist_tuned'
+TUNED_SETTINGS = ('client_learning_rate', 'client_epochs', 'client_batch_size',
+                  'server_learning_rate')
+
 
 @dataclasses.dataclass
 class RunInfo:
@@ -96,6 +108,7 @@ class RunInfo:
   closed: Optional[str] = None  # Why it was closed short of its plan.
   planned: Optional[int] = None  # The budget it was started with.
   data_fingerprint: Optional[str] = None  # None: a run from before them.
+  settings: dict = dataclasses.field(default_factory=dict)  # TUNED_SETTINGS.
 
 
 def load_runs(root: str) -> list[RunInfo]:
@@ -128,7 +141,8 @@ def load_runs(root: str) -> list[RunInfo]:
     runs.append(RunInfo(name, row, config['algorithm'], config['seed'],
                         config['task'], frame, ended, budget, dataset,
                         closed, config['total_rounds'],
-                        config.get('data_fingerprint')))
+                        config.get('data_fingerprint'),
+                        {k: config[k] for k in TUNED_SETTINGS if k in config}))
   return runs
 
 
@@ -387,6 +401,47 @@ def rerun_markdown(runs: Sequence[RunInfo],
   return '\n'.join(lines) if len(lines) > 2 else ''
 
 
+def tuned_markdown(runs: Sequence[RunInfo]) -> str:
+  """FedAvg at a tuning study's best settings (`TUNED_ROW`) beside FedAvg at
+  the baseline's values and FATHOM from each start: per target, each one's
+  costs and its ratios to the tuned FedAvg's ('' without tuned runs)."""
+  tuned = [r for r in runs if r.row == TUNED_ROW and r.algorithm == 'fedavg']
+  if not tuned:
+    return ''
+  def of(row: str, algorithm: str) -> list[RunInfo]:
+    return [r for r in runs if r.row == row and r.algorithm == algorithm]
+  settings = sorted({', '.join(f'{k} {v:.4g}' if isinstance(v, float) else
+                               f'{k} {v}' for k, v in r.settings.items())
+                     for r in tuned})
+  groups = [(f'FedAvg tuned ({"; ".join(settings)})', tuned),
+            ('FedAvg at the baseline\'s values', of(FATHOM_STARTS[0][0],
+                                                      'fedavg')),
+            *((f'FATHOM from {label}', of(row, 'fathom'))
+              for row, label in FATHOM_STARTS)]
+  groups = [(label, members) for label, members in groups if members]
+  parts = ['| runs | seeds ended | best test acc. (ended) |\n|---|---|---|\n' +
+           '\n'.join(f'| {label} | {sum(r.ended for r in members)}/'
+                     f'{len(members)} | {_best_accuracy(members)} |'
+                     for label, members in groups)]
+  for target in EMNIST_TARGETS:
+    base = summarize(tuned, target)
+    lines = [f'Test accuracy {target:.3g}:', '',
+             '| runs | rounds | examples | local steps | train s | '
+             'rounds / examples / local steps, ratio to tuned FedAvg |',
+             '|---|---|---|---|---|---|']
+    for i, (label, members) in enumerate(groups):
+      stat = summarize(members, target)
+      ratios = '-' if i == 0 else ' / '.join(
+          ratio(stat[c], base[c]) for c in ('rounds', 'examples',
+                                            'local_steps'))
+      lines.append(f'| {label} | {stat["rounds"].text()} | '
+                   f'{stat["examples"].text(1e3, "K")} | '
+                   f'{stat["local_steps"].text()} | '
+                   f'{stat["seconds"].text()} | {ratios} |')
+    parts.append('\n'.join(lines))
+  return '\n\n'.join(parts)
+
+
 def row_targets(runs: Sequence[RunInfo]) -> dict[str, list[float]]:
   targets = {}
   # The written rule's target for each corpus it was computed on.
@@ -578,6 +633,14 @@ RERUN_HEAD = (
     'the row, the same ratios of the authors\' FedJAX code '
     '(`results/fedjax_crosscheck`: the baseline row 300 rounds without the '
     'early stop, the other rows Table 1\'s 600 rounds with it).\n\n')
+TUNED_HEAD = (
+    '## FATHOM against a tuned FedAvg\n\n'
+    'FedAvg rerun at the settings a tuning study found (`results/tuning`, '
+    '`python -m tff_hpo.report --tuning`; its `tuned_fedavg.cfg` names the '
+    'study and trial), beside FedAvg at the baseline\'s values and FATHOM '
+    'from each start of the authors\' pipeline; cells as in Table 1, a '
+    'ratio is the runs\' mean over the tuned FedAvg\'s. The study\'s own '
+    'cost, which the tuned runs do not include, is in `results/tuning`.\n\n')
 METHOD_MD = 'METHOD.md'  # Hand-written: the method, commands, budgets, reading; goes first.
 
 
@@ -607,6 +670,7 @@ def write(root: str) -> str:
       *(['## Training seconds to target, replayed quietly\n\n' + quiet]
         if (quiet := replayed_seconds.markdown(
             replayed_seconds.load(BENCHMARK_RESULTS))) else []),
+      *([TUNED_HEAD + tuned] if (tuned := tuned_markdown(runs)) else []),
       '## Every algorithm on a row\n\n' + ALGORITHMS_NOTE + '\n\n' +
       (algorithms_markdown(runs, targets) or 'No row has run them yet.'),
       '## Runs\n\n' + status_markdown(runs),

@@ -29,12 +29,11 @@ from tff_hpo.tuning import costs
 from tff_hpo.tuning import study as study_lib
 from tff_hpo.tuning import trials as trials_lib
 
-# FATHOM's rows of the authors' pipeline and the start each one tests.
-FATHOM_STARTS = (('authors_emnist_baseline', 'baseline values'),
-                 ('authors_emnist_lr0.05', 'LR_0 = 0.05'),
-                 ('authors_emnist_bs4', 'BS_0 = 4'),
-                 ('authors_emnist_bs256', 'BS_0 = 256'))
+FATHOM_STARTS = table1.FATHOM_STARTS
 FIGURE = 'best_so_far.png'
+# The best settings as a flagfile: rerun with `tff_hpo.sweep` into the Table 1
+# root, its runs are the row `table1.TUNED_ROW`.
+TUNED_FLAGFILE = 'tuned_fedavg.cfg'
 
 
 @dataclasses.dataclass
@@ -44,6 +43,8 @@ class StudyRecord:
   finished: bool  # All its planned trials done: an unreached target counts.
   best: Optional[optuna.trial.FrozenTrial]  # Highest objective, if any.
   datasets: set[str]  # Its trials' (dataset.txt).
+  params: dict[int, dict]  # Each trial's settings, by trial number.
+  flagfile: Optional[str] = None  # The one its trials started from.
 
 
 def load_studies(root: str) -> list[StudyRecord]:
@@ -67,7 +68,9 @@ def load_studies(root: str) -> list[StudyRecord]:
           planned is not None and study_lib.finished(study) >= planned,
           max(complete, key=lambda t: t.value) if complete else None,
           {comparison.dataset_label(d) for d in run_dirs
-           if os.path.isdir(d)}))
+           if os.path.isdir(d)},
+          {t.number: dict(t.params) for t in study.trials},
+          study.user_attrs.get(study_lib.FLAGFILE)))
   return out
 
 
@@ -122,15 +125,55 @@ def comparison_markdown(studies: Sequence[StudyRecord],
   return '\n'.join(lines)
 
 
-def best_settings(studies: Sequence[StudyRecord]) -> Optional[dict]:
-  """The settings of the highest-scoring complete trial of all studies,
-  with its study and score: the configuration to rerun as tuned FedAvg."""
-  bests = [(s.best.value, s.name, s.best) for s in studies if s.best]
-  if not bests:
+def best_settings(studies: Sequence[StudyRecord], target: float
+                  ) -> Optional[dict]:
+  """The settings to rerun as tuned FedAvg: of all studies' trials, the one
+  that reached `target` in the fewest rounds (Table 1's measure; with the
+  early stop at the target, the trials that reach it differ little in best
+  accuracy); if none has, the highest-scoring complete trial. With its
+  study, flagfile, best accuracy and rounds to target (None: not reached)."""
+  candidates = []
+  for study in studies:
+    for trial in study.trials:
+      evaluated = trial.frame['eval/accuracy'].dropna()
+      if evaluated.empty or trial.number not in study.params:
+        continue
+      reached = table1.cost_to_target(trial.frame, target)
+      rounds = reached['rounds'] if reached else None
+      candidates.append(((rounds is None, rounds or 0, -evaluated.max()),
+                         study, trial.number, float(evaluated.max()), rounds,
+                         trial.state))
+  # Unreached trials rank by accuracy, complete ones only (a pruned trial's
+  # best is from a budget cut short).
+  candidates = [c for c in candidates
+                if c[4] is not None or c[5] == 'COMPLETE']
+  if not candidates:
     return None
-  value, name, trial = max(bests, key=lambda b: b[0])
-  return {'study': name, 'trial': trial.number, 'accuracy': value,
-          'params': dict(trial.params)}
+  _, study, number, accuracy, rounds, _ = min(candidates, key=lambda c: c[0])
+  return {'study': study.name, 'trial': number, 'accuracy': accuracy,
+          'rounds_to_target': None if rounds is None else int(rounds),
+          'params': study.params[number], 'flagfile': study.flagfile}
+
+
+def _flag(name: str, value) -> str:
+  return f'--{name}={value:.4g}' if isinstance(value, float) else (
+      f'--{name}={value}')
+
+
+def tuned_flagfile(best: dict, target: float) -> Optional[str]:
+  """The flagfile that reruns `best` as the row `table1.TUNED_ROW`, or None
+  when its study did not record the flagfile its trials started from."""
+  if not best['flagfile']:
+    return None
+  reached = (f'reached {target:.3g} at round {best["rounds_to_target"]}'
+             if best['rounds_to_target'] is not None else
+             f'did not reach {target:.3g}; best {best["accuracy"]:.4f}')
+  return '\n'.join([
+      f'# Tuned FedAvg: study {best["study"]}, trial {best["trial"]} '
+      f'({reached}). Written by `python -m tff_hpo.report --tuning`.',
+      f'--flagfile={best["flagfile"]}',
+      *(_flag(k, v) for k, v in sorted(best['params'].items())),
+      f'--experiment_name={table1.TUNED_ROW}_fedavg']) + '\n'
 
 
 def figure(studies: Sequence[StudyRecord],
@@ -184,12 +227,35 @@ def write(root: str, fathom_root: str, target: float) -> str:
   datasets = {f'- FATHOM: {r.dataset}' for runs in fathom.values()
               for r in runs} | {f'- studies: {d}' for s in studies
                                 for d in s.datasets}
-  best = best_settings(studies)
-  best_text = ('No trial has completed yet.' if best is None else
-               f'Study {best["study"]}, trial {best["trial"]}, best test '
-               f'accuracy {best["accuracy"]:.4f}: ' + ', '.join(
-                   f'`--{k}={v:.4g}`' if isinstance(v, float) else
-                   f'`--{k}={v}`' for k, v in sorted(best['params'].items())))
+  best = best_settings(studies, target)
+  if best is None:
+    best_text = 'No trial has completed yet.'
+  else:
+    reached = (f'reached {target:.3g} at round {best["rounds_to_target"]}'
+               if best['rounds_to_target'] is not None else
+               f'no trial has reached {target:.3g}; best test accuracy '
+               f'{best["accuracy"]:.4f}')
+    best_text = (f'Study {best["study"]}, trial {best["trial"]} ({reached}; '
+                 'the first to reach the target in the fewest rounds): ' +
+                 ', '.join(f'`{_flag(k, v)}`'
+                           for k, v in sorted(best['params'].items())))
+    flagfile = tuned_flagfile(best, target)
+    cfg = os.path.join(root, TUNED_FLAGFILE)
+    if flagfile is None:
+      best_text += ('. Its study does not record the flagfile its trials '
+                    'started from (it began before studies did), so no '
+                    f'`{TUNED_FLAGFILE}` is written.')
+    else:
+      with open(cfg + '.tmp', 'w') as f:
+        f.write(flagfile)
+      os.replace(cfg + '.tmp', cfg)
+      best_text += (
+          f'.\n\nRerun as tuned FedAvg (the Table 1 report\'s section '
+          '"FATHOM against a tuned FedAvg"):\n\n'
+          '    .venv/bin/python -m tff_hpo.sweep --output_root=results/table1 '
+          f'\\\n      --flagfiles={os.path.join(root, TUNED_FLAGFILE)} '
+          '--seeds=0,1,2 --total_rounds=600 \\\n'
+          '      --early_stop_accuracy=0.86 --early_stop_evals=3')
   text = '\n\n'.join([
       '# A tuning study against FATHOM\'s one run',
       f'Cost until the first trial (a study) or the run (FATHOM) reached '

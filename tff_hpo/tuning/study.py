@@ -13,7 +13,7 @@ The study lives in Optuna's storage (by default a SQLite file in the study
 directory; any database URL Optuna accepts, for several machines). Several
 processes can share it: each asks the storage for the next trial. Trials
 beat a heartbeat; a trial whose process died is failed once its heartbeat
-is stale and retried (`RetryFailedTrialCallback`) on the same run
+is stale and retried (`RetryHeartbeatStaleTrialCallback`) on the same run
 directory, and a trial that a stop interrupted is queued again at the next
 start: none is lost or left running, none is trained twice.
 """
@@ -26,7 +26,7 @@ import os
 from typing import Optional, Sequence
 
 import optuna
-from optuna.storages import RetryFailedTrialCallback
+from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.trial import TrialState
 
 from tff_hpo.reporting import comparison
@@ -39,6 +39,9 @@ STOPPED = 'stopped'  # User attribute of a trial a stop interrupted.
 # User attribute of the study: the finished trials its last start asked for
 # (a report counts an unreached target only once the study has them).
 PLANNED_TRIALS = 'planned_trials'
+# The flagfile every trial starts from, as the user named it (relative to the
+# project): a rerun of the best settings starts from it too.
+FLAGFILE = 'flagfile'
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 MAX_FAILURES_IN_A_ROW = 3  # Then the runner's settings are wrong, not a trial.
 
@@ -61,6 +64,7 @@ class StudySettings:
   # End the study once a trial reaches this test accuracy: what the study
   # cost until then (`costs.cost_to_target`) is the same as if it went on.
   stop_at_target: Optional[float] = None
+  flagfile: Optional[str] = None  # As given; recorded in the study (FLAGFILE).
 
   @property
   def trials_dir(self) -> str:
@@ -88,7 +92,8 @@ def _load(settings: StudySettings) -> optuna.Study:
       settings.storage_url,
       heartbeat_interval=settings.heartbeat_seconds,
       grace_period=3 * settings.heartbeat_seconds,
-      heartbeat_stale_trial_callback=RetryFailedTrialCallback(max_retry=3))
+      heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(
+          max_retry=3))
   seed = settings.seed if settings.sampler_seed is None else (
       settings.sampler_seed)
   return optuna.create_study(
@@ -152,6 +157,8 @@ def optimize(settings: StudySettings) -> optuna.Study:
   reached `settings.stop_at_target`."""
   study = load(settings)
   study.set_user_attr(PLANNED_TRIALS, settings.trials)
+  if settings.flagfile:
+    study.set_user_attr(FLAGFILE, settings.flagfile)
   requeue_stopped(study)
   failures = 0
   while finished(study) < settings.trials and not reached(

@@ -22,7 +22,7 @@ from typing import Any, Optional, Sequence
 import warnings
 
 import optuna
-from optuna.storages import RetryFailedTrialCallback
+from optuna.storages import RetryHeartbeatStaleTrialCallback
 
 from tff_hpo.execution import parent_death
 
@@ -32,7 +32,7 @@ RUNNER = os.path.join(ROOT, 'run_experiment.py')
 # A user attribute: the trial whose run directory a re-queued trial resumes.
 RESUMES = 'resumes_trial'
 RUN_DIR = 'run_dir'
-# RetryFailedTrialCallback's reader, "experimental" since Optuna 2.8.
+# The storage's heartbeat, "experimental" in Optuna 5.
 warnings.filterwarnings('ignore', category=optuna.exceptions.ExperimentalWarning)
 
 
@@ -47,7 +47,7 @@ def run_number(trial: optuna.Trial) -> int:
     return int(resumed)
   frozen = next(t for t in trial.study.get_trials(deepcopy=False)
                 if t.number == trial.number)
-  retried = RetryFailedTrialCallback.retried_trial_number(frozen)
+  retried = RetryHeartbeatStaleTrialCallback.retried_trial_number(frozen)
   return trial.number if retried is None else retried
 
 
