@@ -301,6 +301,13 @@ def test_tuned_fedavg_beside_fedavg_and_fathom_from_each_start(tmp_path):
   table1.write(str(tmp_path))
   assert '## FATHOM against a tuned FedAvg' in (
       tmp_path / 'README.md').read_text()
+  # Its figure: the tuned FedAvg against FATHOM from the baseline's start.
+  fig = table1.figure_1(
+      [r for r in runs if r.name.startswith(('authors_emnist_tuned',
+                                             'authors_emnist_baseline_fa'))],
+      labels={'fedavg': 'FedAvg, tuned'})
+  assert [t.get_text() for t in fig.axes[0].get_legend().get_texts()] == [
+      'FATHOM (n=1)', 'FedAvg, tuned (n=2)']
 
 
 def test_algorithms_without_a_papers_values_for_the_task_are_marked(

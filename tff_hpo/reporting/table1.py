@@ -491,11 +491,13 @@ def _pyplot():
   return plt
 
 
-def figure_1(members: Sequence[RunInfo]):
+def figure_1(members: Sequence[RunInfo], title: Optional[str] = None,
+             labels: Optional[dict[str, str]] = None):
   """Figure 1 of the paper for one row: FATHOM against FedAvg, test accuracy
   vs rounds and vs examples (EMNIST: the y-axis where the targets are, the
   targets drawn), then Figures 3-5 (eta_L, E, B vs rounds); a band of ± one
-  std over seeds. Returns the matplotlib figure."""
+  std over seeds. `labels`: an algorithm's legend where not its name.
+  Returns the matplotlib figure."""
   plt = _pyplot()
   from matplotlib import ticker  # pylint: disable=g-import-not-at-top
   fig, axes = plt.subplots(1, 5, figsize=(20, 3.8))
@@ -504,7 +506,8 @@ def figure_1(members: Sequence[RunInfo]):
     frames = [r.frame for r in members if r.algorithm == algorithm]
     if not frames:
       continue
-    label = 'FATHOM' if algorithm == 'fathom' else 'FedAvg'
+    label = (labels or {}).get(
+        algorithm, 'FATHOM' if algorithm == 'fathom' else 'FedAvg')
     _band(axes[0], frames, 'round', 'eval/accuracy', label,
           styles[algorithm])
     _band(axes[1], frames, 'cost/examples_cumulative', 'eval/accuracy',
@@ -529,7 +532,8 @@ def figure_1(members: Sequence[RunInfo]):
   axes[1].set_xlabel('examples processed')
   for ax in (axes[0], *axes[2:]):
     ax.set_xlabel('round')
-  fig.suptitle(f'{members[0].row}: {members[0].dataset}', fontsize=9)
+  fig.suptitle(f'{title or members[0].row}: {members[0].dataset}',
+               fontsize=9)
   fig.tight_layout()
   return fig
 
@@ -578,7 +582,14 @@ def figures(runs: Sequence[RunInfo], out_dir: str) -> list[str]:
   targets = row_targets(runs)
   for row in sorted({r.row for r in runs}):
     members = [r for r in runs if r.row == row]
-    drawn = [(f'{row}.png', figure_1(members))]
+    if row == TUNED_ROW:  # Against FATHOM from the same (baseline) start.
+      drawn = [(f'{row}.png', figure_1(
+          members + [r for r in runs if r.row == FATHOM_STARTS[0][0] and
+                     r.algorithm == 'fathom'],
+          title=f'{row} (FedAvg) and {FATHOM_STARTS[0][0]} (FATHOM)',
+          labels={'fedavg': 'FedAvg, tuned'}))]
+    else:
+      drawn = [(f'{row}.png', figure_1(members))]
     if {r.algorithm for r in members} - set(PAIRED) and targets.get(row):
       drawn.append((f'{row}_algorithms.png',
                     algorithms_figure(members, targets[row])))
