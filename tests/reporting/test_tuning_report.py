@@ -39,7 +39,7 @@ def _metrics(run_dir, accuracies):
   return run_dir
 
 
-def _study(root, name, planned, trials, flagfile=None):
+def _study(root, name, planned, trials, flagfile=None, stop_at_target=None):
   """A study folder as `tff_hpo.tune` leaves it; `trials`: (state,
   accuracies, learning rate) in trial order."""
   folder = root / name
@@ -50,6 +50,7 @@ def _study(root, name, planned, trials, flagfile=None):
   study.set_user_attr(study_lib.PLANNED_TRIALS, planned)
   if flagfile:
     study.set_user_attr(study_lib.FLAGFILE, flagfile)
+  study.set_user_attr(study_lib.STOP_AT_TARGET, stop_at_target)
   for number, (state, accuracies, lr) in enumerate(trials):
     run_dir = _metrics(folder / 'trials' / f'trial_{number}', accuracies)
     study.add_trial(optuna.trial.create_trial(
@@ -83,6 +84,9 @@ def roots(tmp_path):
                              0.01)])
   # Still under way, not reached yet: not counted.
   _study(studies, 's2', 5, [(TrialState.COMPLETE, [0.5, 0.6], 0.02)])
+  # Ended before its 30 trials: its first trial reached its stop target.
+  _study(studies, 's3', 30, [(TrialState.COMPLETE, [0.5, 0.6, 0.7, 0.8],
+                              0.03)], stop_at_target=0.75)
   _fathom(fathom, 'authors_emnist_baseline', 0, [0.5, 0.9])
   _fathom(fathom, 'authors_emnist_baseline', 1, [0.5, 0.6, 0.7, 0.9])
   _fathom(fathom, 'authors_emnist_bs4', 0, [0.5, 0.6, 0.7, 0.8, 0.86])
@@ -91,8 +95,9 @@ def roots(tmp_path):
 
 def test_studies_are_charged_every_trial_and_count_once_finished(roots):
   studies = tuning.load_studies(str(roots[0]))
-  assert [(s.name, s.finished) for s in studies] == [
-      ('s0', True), ('s1', True), ('s2', False)]
+  assert [(s.name, s.finished, s.stopped_at_target) for s in studies] == [
+      ('s0', True, False), ('s1', True, False), ('s2', False, False),
+      ('s3', False, True)]
   stats = tuning.study_stats(studies, 0.86)
   assert stats['rounds'].values == [2 + 3]
   assert stats['rounds'].spent == [4]
@@ -160,6 +165,8 @@ def test_the_page_and_figure_are_written(roots, capsys):
       tuning.tuned_flagfile(tuning.best_settings(
           tuning.load_studies(str(studies)), 0.86), 0.86))
   assert '- s2: 1 trials trained, under way' in page
+  assert ('- s3: 1 trials trained, ended: a trial reached its '
+          '--stop_at_target=0.75') in page
   assert '- studies: hand-made trials' in page
   assert '- FATHOM: hand-made table1' in page
   assert (studies / 'figures' / tuning.FIGURE).stat().st_size > 10_000

@@ -49,6 +49,7 @@ def _no_runner(monkeypatch):
 def test_the_study_ends_at_the_first_trial_to_reach_the_target(tmp_path):
   study = study_lib.optimize(_settings(tmp_path, stop_at_target=0.85))
   assert [t.value for t in study.trials] == [0.5, 0.7, 0.9]
+  assert study.user_attrs[study_lib.STOP_AT_TARGET] == 0.85  # For reports.
   # Started again, it has its answer and draws no trial.
   again = study_lib.optimize(_settings(tmp_path, stop_at_target=0.85))
   assert len(again.trials) == 3

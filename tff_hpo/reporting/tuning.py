@@ -45,6 +45,12 @@ class StudyRecord:
   datasets: set[str]  # Its trials' (dataset.txt).
   params: dict[int, dict]  # Each trial's settings, by trial number.
   flagfile: Optional[str] = None  # The one its trials started from.
+  stop_at_target: Optional[float] = None  # Where it ends before its trials.
+
+  @property
+  def stopped_at_target(self) -> bool:
+    return self.stop_at_target is not None and costs.cost_to_target(
+        self.trials, self.stop_at_target) is not None
 
 
 def load_studies(root: str) -> list[StudyRecord]:
@@ -70,7 +76,8 @@ def load_studies(root: str) -> list[StudyRecord]:
           {comparison.dataset_label(d) for d in run_dirs
            if os.path.isdir(d)},
           {t.number: dict(t.params) for t in study.trials},
-          study.user_attrs.get(study_lib.FLAGFILE)))
+          study.user_attrs.get(study_lib.FLAGFILE),
+          study.user_attrs.get(study_lib.STOP_AT_TARGET)))
   return out
 
 
@@ -155,8 +162,12 @@ def best_settings(studies: Sequence[StudyRecord], target: float
           'params': study.params[number], 'flagfile': study.flagfile}
 
 
-def _flag(name: str, value) -> str:
-  return f'--{name}={value:.4g}' if isinstance(value, float) else (
+def _flag(name: str, value, exact: bool = False) -> str:
+  """`--name=value`; a float to 4 digits unless `exact` (a flagfile reruns
+  the trial's very settings)."""
+  if isinstance(value, float) and not exact:
+    return f'--{name}={value:.4g}'
+  return f'--{name}={value!r}' if isinstance(value, float) else (
       f'--{name}={value}')
 
 
@@ -172,7 +183,7 @@ def tuned_flagfile(best: dict, target: float) -> Optional[str]:
       f'# Tuned FedAvg: study {best["study"]}, trial {best["trial"]} '
       f'({reached}). Written by `python -m tff_hpo.report --tuning`.',
       f'--flagfile={best["flagfile"]}',
-      *(_flag(k, v) for k, v in sorted(best['params'].items())),
+      *(_flag(k, v, exact=True) for k, v in sorted(best['params'].items())),
       f'--experiment_name={table1.TUNED_ROW}_fedavg']) + '\n'
 
 
@@ -222,8 +233,10 @@ def write(root: str, fathom_root: str, target: float) -> str:
   table1._pyplot().close(fig)  # pylint: disable=protected-access
   os.replace(png + '.tmp.png', png)
   status = '\n'.join(
-      f'- {s.name}: {len(s.trials)} trials trained, '
-      f'{"finished" if s.finished else "under way"}' for s in studies)
+      f'- {s.name}: {len(s.trials)} trials trained, ' + (
+          f'ended: a trial reached its --stop_at_target={s.stop_at_target:g}'
+          if s.stopped_at_target else
+          'finished' if s.finished else 'under way') for s in studies)
   datasets = {f'- FATHOM: {r.dataset}' for runs in fathom.values()
               for r in runs} | {f'- studies: {d}' for s in studies
                                 for d in s.datasets}

@@ -42,6 +42,9 @@ PLANNED_TRIALS = 'planned_trials'
 # The flagfile every trial starts from, as the user named it (relative to the
 # project): a rerun of the best settings starts from it too.
 FLAGFILE = 'flagfile'
+# `StudySettings.stop_at_target`, for a report to tell a study that ended
+# there from one still under way.
+STOP_AT_TARGET = 'stop_at_target'
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 MAX_FAILURES_IN_A_ROW = 3  # Then the runner's settings are wrong, not a trial.
 
@@ -159,6 +162,7 @@ def optimize(settings: StudySettings) -> optuna.Study:
   study.set_user_attr(PLANNED_TRIALS, settings.trials)
   if settings.flagfile:
     study.set_user_attr(FLAGFILE, settings.flagfile)
+  study.set_user_attr(STOP_AT_TARGET, settings.stop_at_target)
   requeue_stopped(study)
   failures = 0
   while finished(study) < settings.trials and not reached(
