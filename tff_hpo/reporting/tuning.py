@@ -21,7 +21,6 @@ import os
 from typing import Optional, Sequence
 
 import optuna
-from optuna.trial import TrialState
 
 from tff_hpo.reporting import comparison
 from tff_hpo.reporting import table1
@@ -41,7 +40,6 @@ class StudyRecord:
   name: str  # The study's folder under the root.
   trials: list[costs.TrialRecord]
   finished: bool  # All its planned trials done: an unreached target counts.
-  best: Optional[optuna.trial.FrozenTrial]  # Highest objective, if any.
   datasets: set[str]  # Its trials' (dataset.txt).
   params: dict[int, dict]  # Each trial's settings, by trial number.
   flagfile: Optional[str] = None  # The one its trials started from.
@@ -64,15 +62,12 @@ def load_studies(root: str) -> list[StudyRecord]:
     for study_name in optuna.get_all_study_names(storage):
       study = optuna.load_study(study_name=study_name, storage=storage)
       planned = study.user_attrs.get(study_lib.PLANNED_TRIALS)
-      complete = study.get_trials(deepcopy=False,
-                                  states=(TrialState.COMPLETE,))
       run_dirs = {t.user_attrs[trials_lib.RUN_DIR] for t in study.trials
                   if trials_lib.RUN_DIR in t.user_attrs}
       out.append(StudyRecord(
           name if study_name == 'study' else f'{name}/{study_name}',
           study_lib.records(study),
           planned is not None and study_lib.finished(study) >= planned,
-          max(complete, key=lambda t: t.value) if complete else None,
           {comparison.dataset_label(d) for d in run_dirs
            if os.path.isdir(d)},
           {t.number: dict(t.params) for t in study.trials},
@@ -171,17 +166,21 @@ def _flag(name: str, value, exact: bool = False) -> str:
       f'--{name}={value}')
 
 
+def _reached(best: dict, target: float) -> str:
+  if best['rounds_to_target'] is not None:
+    return f'reached {target:.3g} at round {best["rounds_to_target"]}'
+  return (f'no trial has reached {target:.3g}; best test accuracy '
+          f'{best["accuracy"]:.4f}')
+
+
 def tuned_flagfile(best: dict, target: float) -> Optional[str]:
   """The flagfile that reruns `best` as the row `table1.TUNED_ROW`, or None
   when its study did not record the flagfile its trials started from."""
   if not best['flagfile']:
     return None
-  reached = (f'reached {target:.3g} at round {best["rounds_to_target"]}'
-             if best['rounds_to_target'] is not None else
-             f'did not reach {target:.3g}; best {best["accuracy"]:.4f}')
   return '\n'.join([
       f'# Tuned FedAvg: study {best["study"]}, trial {best["trial"]} '
-      f'({reached}). Written by `python -m tff_hpo.report --tuning`.',
+      f'({_reached(best, target)}). Written by `python -m tff_hpo.report --tuning`.',
       f'--flagfile={best["flagfile"]}',
       *(_flag(k, v, exact=True) for k, v in sorted(best['params'].items())),
       f'--experiment_name={table1.TUNED_ROW}_fedavg']) + '\n'
@@ -244,11 +243,8 @@ def write(root: str, fathom_root: str, target: float) -> str:
   if best is None:
     best_text = 'No trial has completed yet.'
   else:
-    reached = (f'reached {target:.3g} at round {best["rounds_to_target"]}'
-               if best['rounds_to_target'] is not None else
-               f'no trial has reached {target:.3g}; best test accuracy '
-               f'{best["accuracy"]:.4f}')
-    best_text = (f'Study {best["study"]}, trial {best["trial"]} ({reached}; '
+    best_text = (f'Study {best["study"]}, trial {best["trial"]} '
+                 f'({_reached(best, target)}; '
                  'the first to reach the target in the fewest rounds): ' +
                  ', '.join(f'`{_flag(k, v)}`'
                            for k, v in sorted(best['params'].items())))
