@@ -164,8 +164,8 @@ def test_the_page_and_figure_are_written(roots, capsys):
   assert (studies / tuning.TUNED_FLAGFILE).read_text() == (
       tuning.tuned_flagfile(tuning.best_settings(
           tuning.load_studies(str(studies)), 0.86), 0.86))
-  assert '- s2: 1 trials trained, under way' in page
-  assert ('- s3: 1 trials trained, ended: a trial reached its '
+  assert '- s2: 1 trial trained, under way' in page
+  assert ('- s3: 1 trial trained, ended: a trial reached its '
           '--stop_at_target=0.75') in page
   assert '- studies: hand-made trials' in page
   assert '- FATHOM: hand-made table1' in page

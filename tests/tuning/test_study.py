@@ -97,3 +97,29 @@ def test_a_stop_target_outside_0_1_is_refused_naming_the_flag(
 
 if __name__ == '__main__':
   sys.exit(pytest.main([__file__, '-q']))
+
+
+def test_a_resumed_trial_is_named_by_the_trial_that_first_drew_its_run(
+    tmp_path):
+  # An interrupted trial fails and a later one resumes its run directory:
+  # the summary names that run's first trial, as the costs do, not the last.
+  run_dir = str(tmp_path / 'trial_0')
+  os.makedirs(run_dir)
+  pd.DataFrame({'round': [1, 2], 'eval/accuracy': [0.5, 0.9],
+                'cost/examples_cumulative': [10, 20],
+                'cost/local_steps_cumulative': [2, 4],
+                'time/round_seconds': [1.0, 1.0]}).to_csv(
+                    os.path.join(run_dir, 'metrics.csv'), index=False)
+  study = optuna.create_study(direction='maximize')
+  dist = {'client_epochs': optuna.distributions.IntDistribution(1, 5)}
+  for state in (optuna.trial.TrialState.FAIL, optuna.trial.TrialState.FAIL,
+                optuna.trial.TrialState.COMPLETE):
+    study.add_trial(optuna.trial.create_trial(
+        state=state, params={'client_epochs': 4}, distributions=dist,
+        value=0.9 if state == optuna.trial.TrialState.COMPLETE else None,
+        user_attrs={trials_lib.RUN_DIR: run_dir}))
+  lines = study_lib.summary_lines(study, [0.85])
+  assert lines[0] == ('3 trials: 1 complete, 2 fail (2 of them interrupted '
+                      'and resumed by a later trial)')
+  assert lines[1].startswith('best: trial 0, test accuracy 0.9000')
+  assert lines[2].startswith('to 0.85: trial 0 after 1 trials, 2 rounds')

@@ -232,7 +232,8 @@ def write(root: str, fathom_root: str, target: float) -> str:
   table1._pyplot().close(fig)  # pylint: disable=protected-access
   os.replace(png + '.tmp.png', png)
   status = '\n'.join(
-      f'- {s.name}: {len(s.trials)} trials trained, ' + (
+      f'- {s.name}: {len(s.trials)} trial{"" if len(s.trials) == 1 else "s"} '
+      'trained, ' + (
           f'ended: a trial reached its --stop_at_target={s.stop_at_target:g}'
           if s.stopped_at_target else
           'finished' if s.finished else 'under way') for s in studies)

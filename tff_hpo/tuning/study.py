@@ -202,12 +202,22 @@ def records(study: optuna.Study) -> list[costs.TrialRecord]:
 
 def summary_lines(study: optuna.Study, targets: Sequence[float]) -> list[str]:
   states = [t.state.name for t in study.trials]
+  # An interrupted trial is retried as a new Optuna trial on the same run
+  # directory; name each run by the trial that first drew it, as the costs do.
+  first: dict[str, int] = {}
+  for t in sorted(study.trials, key=lambda t: t.number):
+    first.setdefault(t.user_attrs.get(trials_lib.RUN_DIR, str(t.number)),
+                     t.number)
+  retries = len(states) - len(first)
   lines = [f'{len(states)} trials: ' + ', '.join(
-      f'{states.count(s)} {s.lower()}' for s in sorted(set(states)))]
+      f'{states.count(s)} {s.lower()}' for s in sorted(set(states))) +
+           (f' ({retries} of them interrupted and resumed by a later trial)'
+            if retries else '')]
   done = [t for t in study.trials if t.state == TrialState.COMPLETE]
   if done:
     best = study.best_trial
-    lines.append(f'best: trial {best.number}, test accuracy '
+    number = first[best.user_attrs.get(trials_lib.RUN_DIR, str(best.number))]
+    lines.append(f'best: trial {number}, test accuracy '
                  f'{best.value:.4f}, {best.params}')
   rec = records(study)
   for target in targets:
