@@ -95,10 +95,6 @@ def test_a_stop_target_outside_0_1_is_refused_naming_the_flag(
   assert not (tmp_path / 'study.db').exists()
 
 
-if __name__ == '__main__':
-  sys.exit(pytest.main([__file__, '-q']))
-
-
 def test_a_resumed_trial_is_named_by_the_trial_that_first_drew_its_run(
     tmp_path):
   # An interrupted trial fails and a later one resumes its run directory:
@@ -123,3 +119,7 @@ def test_a_resumed_trial_is_named_by_the_trial_that_first_drew_its_run(
                       'and resumed by a later trial)')
   assert lines[1].startswith('best: trial 0, test accuracy 0.9000')
   assert lines[2].startswith('to 0.85: trial 0 after 1 trials, 2 rounds')
+
+
+if __name__ == '__main__':
+  sys.exit(pytest.main([__file__, '-q']))

@@ -162,8 +162,7 @@ def _flag(name: str, value, exact: bool = False) -> str:
   the trial's very settings)."""
   if isinstance(value, float) and not exact:
     return f'--{name}={value:.4g}'
-  return f'--{name}={value!r}' if isinstance(value, float) else (
-      f'--{name}={value}')
+  return f'--{name}={value}'
 
 
 def _reached(best: dict, target: float) -> str:

@@ -180,35 +180,39 @@ def optimize(settings: StudySettings) -> optuna.Study:
   return study
 
 
+def first_trials(study: optuna.Study) -> dict[str, int]:
+  """Each run directory and the trial that first drew it: an interrupted
+  trial is resumed by a later Optuna trial on the same directory."""
+  first: dict[str, int] = {}
+  for t in sorted(study.trials, key=lambda t: t.number):
+    if trials_lib.RUN_DIR in t.user_attrs:
+      first.setdefault(t.user_attrs[trials_lib.RUN_DIR], t.number)
+  return first
+
+
 def records(study: optuna.Study) -> list[costs.TrialRecord]:
   """Each trial that trained, with its metrics (a retried trial's run
   directory is charged once, under the trial that first drew it)."""
-  seen, out = set(), []
-  for t in sorted(study.trials, key=lambda t: t.number):
-    run_dir = t.user_attrs.get(trials_lib.RUN_DIR)
-    if not run_dir or run_dir in seen or not os.path.isfile(
-        os.path.join(run_dir, 'metrics.csv')):
+  out = []
+  for run_dir, number in first_trials(study).items():
+    if not os.path.isfile(os.path.join(run_dir, 'metrics.csv')):
       continue
-    seen.add(run_dir)
     frame = comparison.load_run(run_dir)
     if frame.empty:
       continue
     final = [u for u in study.trials
              if u.user_attrs.get(trials_lib.RUN_DIR) == run_dir][-1]
-    out.append(costs.TrialRecord(t.number, final.state.name,
+    out.append(costs.TrialRecord(number, final.state.name,
                                  table1.with_train_seconds(frame)))
   return out
 
 
 def summary_lines(study: optuna.Study, targets: Sequence[float]) -> list[str]:
   states = [t.state.name for t in study.trials]
-  # An interrupted trial is retried as a new Optuna trial on the same run
-  # directory; name each run by the trial that first drew it, as the costs do.
-  first: dict[str, int] = {}
-  for t in sorted(study.trials, key=lambda t: t.number):
-    first.setdefault(t.user_attrs.get(trials_lib.RUN_DIR, str(t.number)),
-                     t.number)
-  retries = len(states) - len(first)
+  # Runs are named by the trial that first drew them, as the costs do.
+  first = first_trials(study)
+  retries = sum(trials_lib.RUN_DIR in t.user_attrs
+                for t in study.trials) - len(first)
   lines = [f'{len(states)} trials: ' + ', '.join(
       f'{states.count(s)} {s.lower()}' for s in sorted(set(states))) +
            (f' ({retries} of them interrupted and resumed by a later trial)'
@@ -216,7 +220,7 @@ def summary_lines(study: optuna.Study, targets: Sequence[float]) -> list[str]:
   done = [t for t in study.trials if t.state == TrialState.COMPLETE]
   if done:
     best = study.best_trial
-    number = first[best.user_attrs.get(trials_lib.RUN_DIR, str(best.number))]
+    number = first.get(best.user_attrs.get(trials_lib.RUN_DIR), best.number)
     lines.append(f'best: trial {number}, test accuracy '
                  f'{best.value:.4f}, {best.params}')
   rec = records(study)
