@@ -39,9 +39,10 @@ def _metrics(run_dir, accuracies):
   return run_dir
 
 
-def _study(root, name, planned, trials, flagfile=None, stop_at_target=None):
+def _study(root, name, planned, trials, flagfile=None, stop_at_target=None,
+           seed=0):
   """A study folder as `tff_hpo.tune` leaves it; `trials`: (state,
-  accuracies, learning rate) in trial order."""
+  accuracies, learning rate) in trial order, each run on `seed`."""
   folder = root / name
   folder.mkdir(parents=True)
   study = optuna.create_study(
@@ -53,6 +54,7 @@ def _study(root, name, planned, trials, flagfile=None, stop_at_target=None):
   study.set_user_attr(study_lib.STOP_AT_TARGET, stop_at_target)
   for number, (state, accuracies, lr) in enumerate(trials):
     run_dir = _metrics(folder / 'trials' / f'trial_{number}', accuracies)
+    (run_dir / 'config.json').write_text(json.dumps({'seed': seed}))
     study.add_trial(optuna.trial.create_trial(
         state=state, value=max(accuracies) if state == TrialState.COMPLETE
         else None, params={'client_learning_rate': lr,
@@ -128,10 +130,11 @@ def test_best_settings_reach_the_target_in_the_fewest_rounds(tmp_path):
                                0.05),
                               (TrialState.PRUNED, [0.85], 0.9)],
          flagfile='flagfiles/a.cfg')
-  _study(tmp_path, 's_b', 1, [(TrialState.COMPLETE, [0.6, 0.86], 0.2)])
+  _study(tmp_path, 's_b', 1, [(TrialState.COMPLETE, [0.6, 0.86], 0.2)],
+         seed=2)
   best = tuning.best_settings(tuning.load_studies(str(tmp_path)), 0.86)
   assert best == {'study': 's_b', 'trial': 0, 'accuracy': 0.86,
-                  'rounds_to_target': 2, 'flagfile': None,
+                  'rounds_to_target': 2, 'flagfile': None, 'seed': 2,
                   'params': {'client_learning_rate': 0.2,
                              'client_batch_size': 20}}
   # Above every trial's reach: the highest complete trial, not the pruned.
@@ -143,8 +146,8 @@ def test_best_settings_reach_the_target_in_the_fewest_rounds(tmp_path):
 def test_the_tuned_flagfile_reruns_the_best_as_table1s_tuned_row(roots):
   best = tuning.best_settings(tuning.load_studies(str(roots[0])), 0.86)
   assert tuning.tuned_flagfile(best, 0.86).splitlines() == [
-      '# Tuned FedAvg: study s0, trial 1 (reached 0.86 at round 3). Written '
-      'by `python -m tff_hpo.report --tuning`.',
+      '# Tuned FedAvg: study s0, trial 1 (seed 0, reached 0.86 at round 3). '
+      'Written by `python -m tff_hpo.report --tuning`.',
       '--flagfile=flagfiles/x_fedavg.cfg',
       '--client_batch_size=20', '--client_learning_rate=0.05',
       '--experiment_name=authors_emnist_tuned_fedavg']
@@ -154,6 +157,13 @@ def test_the_tuned_flagfile_reruns_the_best_as_table1s_tuned_row(roots):
   assert tuning.tuned_flagfile({**best, 'flagfile': None}, 0.86) is None
 
 
+def test_the_rerun_seeds_leave_out_the_trials_own():
+  assert tuning.rerun_seeds(0) == [1, 2, 3]
+  assert tuning.rerun_seeds(1) == [0, 2, 3]
+  assert tuning.rerun_seeds(7) == [0, 1, 2]
+  assert tuning.rerun_seeds(None) == [0, 1, 2]
+
+
 def test_the_page_and_figure_are_written(roots, capsys):
   studies, fathom = roots
   assert report.main([f'--tuning={studies}', f'--fathom={fathom}']) == 0
@@ -161,6 +171,9 @@ def test_the_page_and_figure_are_written(roots, capsys):
   assert '`--client_learning_rate=0.05`' in page
   assert 'reached 0.86 at round 3' in page
   assert '--flagfiles=' + str(studies / tuning.TUNED_FLAGFILE) in page
+  # The chosen trial (study s0's trial 1) trained on seed 0.
+  assert "on seeds other than 0, the trial's own" in page
+  assert '--seeds=1,2,3 --total_rounds=600' in page
   assert (studies / tuning.TUNED_FLAGFILE).read_text() == (
       tuning.tuned_flagfile(tuning.best_settings(
           tuning.load_studies(str(studies)), 0.86), 0.86))

@@ -17,6 +17,7 @@ far against cumulative examples, studies and FATHOM's runs on one axis.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from typing import Optional, Sequence
 
@@ -44,6 +45,8 @@ class StudyRecord:
   params: dict[int, dict]  # Each trial's settings, by trial number.
   flagfile: Optional[str] = None  # The one its trials started from.
   stop_at_target: Optional[float] = None  # Where it ends before its trials.
+  # The seed each trial's run trained on (its config.json), by trial number.
+  seeds: dict[int, int] = dataclasses.field(default_factory=dict)
 
   @property
   def stopped_at_target(self) -> bool:
@@ -62,18 +65,33 @@ def load_studies(root: str) -> list[StudyRecord]:
     for study_name in optuna.get_all_study_names(storage):
       study = optuna.load_study(study_name=study_name, storage=storage)
       planned = study.user_attrs.get(study_lib.PLANNED_TRIALS)
-      run_dirs = {t.user_attrs[trials_lib.RUN_DIR] for t in study.trials
-                  if trials_lib.RUN_DIR in t.user_attrs}
+      first = study_lib.first_trials(study)
       out.append(StudyRecord(
           name if study_name == 'study' else f'{name}/{study_name}',
           study_lib.records(study),
           planned is not None and study_lib.finished(study) >= planned,
-          {comparison.dataset_label(d) for d in run_dirs
-           if os.path.isdir(d)},
+          {comparison.dataset_label(d) for d in first if os.path.isdir(d)},
           {t.number: dict(t.params) for t in study.trials},
           study.user_attrs.get(study_lib.FLAGFILE),
-          study.user_attrs.get(study_lib.STOP_AT_TARGET)))
+          study.user_attrs.get(study_lib.STOP_AT_TARGET),
+          {number: seed for d, number in first.items()
+           if (seed := _run_seed(d)) is not None}))
   return out
+
+
+def _run_seed(run_dir: str) -> Optional[int]:
+  path = os.path.join(run_dir, 'config.json')
+  if not os.path.isfile(path):
+    return None
+  with open(path) as f:
+    return json.load(f).get('seed')
+
+
+def rerun_seeds(trained_seed: Optional[int], n: int = 3) -> list[int]:
+  """The first `n` seeds other than the one the chosen trial trained on:
+  with Eigen's deterministic kernels a rerun on that seed repeats the trial
+  exactly, so it would carry the selection's luck into the tuned mean."""
+  return [s for s in range(n + 1) if s != trained_seed][:n]
 
 
 def study_stats(studies: Sequence[StudyRecord], target: float
@@ -133,7 +151,8 @@ def best_settings(studies: Sequence[StudyRecord], target: float
   that reached `target` in the fewest rounds (Table 1's measure; with the
   early stop at the target, the trials that reach it differ little in best
   accuracy); if none has, the highest-scoring complete trial. With its
-  study, flagfile, best accuracy and rounds to target (None: not reached)."""
+  study, flagfile, best accuracy, rounds to target (None: not reached) and
+  the seed it trained on (None: not recorded)."""
   candidates = []
   for study in studies:
     for trial in study.trials:
@@ -154,7 +173,8 @@ def best_settings(studies: Sequence[StudyRecord], target: float
   _, study, number, accuracy, rounds, _ = min(candidates, key=lambda c: c[0])
   return {'study': study.name, 'trial': number, 'accuracy': accuracy,
           'rounds_to_target': None if rounds is None else int(rounds),
-          'params': study.params[number], 'flagfile': study.flagfile}
+          'params': study.params[number], 'flagfile': study.flagfile,
+          'seed': study.seeds.get(number)}
 
 
 def _flag(name: str, value, exact: bool = False) -> str:
@@ -166,9 +186,10 @@ def _flag(name: str, value, exact: bool = False) -> str:
 
 
 def _reached(best: dict, target: float) -> str:
+  seed = '' if best['seed'] is None else f'seed {best["seed"]}, '
   if best['rounds_to_target'] is not None:
-    return f'reached {target:.3g} at round {best["rounds_to_target"]}'
-  return (f'no trial has reached {target:.3g}; best test accuracy '
+    return f'{seed}reached {target:.3g} at round {best["rounds_to_target"]}'
+  return (f'{seed}no trial has reached {target:.3g}; best test accuracy '
           f'{best["accuracy"]:.4f}')
 
 
@@ -258,12 +279,18 @@ def write(root: str, fathom_root: str, target: float) -> str:
       with open(cfg + '.tmp', 'w') as f:
         f.write(flagfile)
       os.replace(cfg + '.tmp', cfg)
+      seeds = rerun_seeds(best['seed'])
       best_text += (
           f'.\n\nRerun as tuned FedAvg (the Table 1 report\'s section '
-          '"FATHOM against a tuned FedAvg"):\n\n'
+          '"FATHOM against a tuned FedAvg") ' + (
+              f'on seeds other than {best["seed"]}, the trial\'s own: a rerun '
+              'on it repeats the trial exactly, the luck that chose it '
+              'included' if best['seed'] is not None else
+              '(the trial\'s seed is not recorded, so it may be among these '
+              'and repeat the trial exactly)') + ':\n\n'
           '    .venv/bin/python -m tff_hpo.sweep --output_root=results/table1 '
           f'\\\n      --flagfiles={os.path.join(root, TUNED_FLAGFILE)} '
-          '--seeds=0,1,2 --total_rounds=600 \\\n'
+          f'--seeds={",".join(map(str, seeds))} --total_rounds=600 \\\n'
           '      --early_stop_accuracy=0.86 --early_stop_evals=3')
   text = '\n\n'.join([
       '# A tuning study against FATHOM\'s one run',
