@@ -17,7 +17,6 @@ far against cumulative examples, studies and FATHOM's runs on one axis.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from typing import Optional, Sequence
 
@@ -25,6 +24,7 @@ import optuna
 
 from tff_hpo.reporting import comparison
 from tff_hpo.reporting import table1
+from tff_hpo.runs import json_files
 from tff_hpo.tuning import costs
 from tff_hpo.tuning import study as study_lib
 from tff_hpo.tuning import trials as trials_lib
@@ -74,17 +74,9 @@ def load_studies(root: str) -> list[StudyRecord]:
           {t.number: dict(t.params) for t in study.trials},
           study.user_attrs.get(study_lib.FLAGFILE),
           study.user_attrs.get(study_lib.STOP_AT_TARGET),
-          {number: seed for d, number in first.items()
-           if (seed := _run_seed(d)) is not None}))
+          {number: config['seed'] for d, number in first.items()
+           if (config := json_files.read(os.path.join(d, 'config.json')))}))
   return out
-
-
-def _run_seed(run_dir: str) -> Optional[int]:
-  path = os.path.join(run_dir, 'config.json')
-  if not os.path.isfile(path):
-    return None
-  with open(path) as f:
-    return json.load(f).get('seed')
 
 
 def rerun_seeds(trained_seed: Optional[int], n: int = 3) -> list[int]:
