@@ -2,15 +2,16 @@
 
   python benchmarks/malloc_settings.py [--groups=emnist_cr:fedavg:20,...]
       [--modes=limits,glibc,arena2,mmap32m] [--pairs=1] [--rounds=8]
+      [--clients_per_round=10] [--max_examples_per_client=128] [--workers=1]
       [--name=malloc_settings]
 
 `tff_hpo.execution.malloc_limits` was chosen on EMNIST soaks (memory kept flat for 2 %
 of a step's time). A Stack Overflow FATHOM run of Table 1 was then seen (once,
 by the session that wrote this) to spend 43 % of its worker's CPU time in
 the kernel with those settings, and 6 % without.
-This benchmark runs each group (task:algorithm:batch size, 10 clients per
-round, clients cut to 128 examples, seed 0) under each mode, one process
-each, the modes of a pair back to back:
+This benchmark runs each group (task:algorithm:batch size; by default 10
+clients per round, clients cut to 128 examples, one TFF worker; seed 0)
+under each mode, one process each, the modes of a pair back to back:
 
 - `limits`: tff_hpo.execution.malloc_limits as they are (2 arenas, buffers of 1 MiB
   and more mapped and unmapped at each allocation);
@@ -76,8 +77,10 @@ def child(args) -> int:
     last[0] = now
 
   settings = dict(algorithm=algorithm, total_rounds=args.rounds,
-                  client_batch_size=int(batch), clients_per_round=10,
-                  max_examples_per_client=128,
+                  client_batch_size=int(batch),
+                  clients_per_round=args.clients_per_round,
+                  max_examples_per_client=args.max_examples_per_client or None,
+                  workers=args.workers,
                   rounds_per_eval=args.rounds + 1,
                   rounds_per_checkpoint=args.rounds + 1, seed=0)
   label = child_runs.train(settings, record, args.cache_dir, task=task)
@@ -117,6 +120,12 @@ def main() -> int:
   parser.add_argument('--pairs', type=int, default=1)
   parser.add_argument('--rounds', type=int, default=8)
   parser.add_argument('--warmup', type=int, default=2)
+  parser.add_argument('--clients_per_round', type=int, default=10)
+  parser.add_argument('--max_examples_per_client', type=int, default=128,
+                      help='0: whole clients')
+  # Two workers split a round's clients: where a large round was seen paying
+  # for the limits in page faults (NOTES, fiftieth session).
+  parser.add_argument('--workers', type=int, default=1)
   parser.add_argument('--name', default='malloc_settings')
   child_runs.add_flags(parser)
   args = parser.parse_args()
@@ -157,8 +166,10 @@ def main() -> int:
                         for k in keys if base[k]}})
   outputs.write(args.out_dir, args.name, {
       'benchmark': 'ms per local step and worker memory under allocator '
-                   'settings (modes: see the script), 10 clients per round, '
-                   'clients cut to 128 examples',
+                   'settings (modes: see the script)',
+      'clients_per_round': args.clients_per_round,
+      'max_examples_per_client': args.max_examples_per_client or None,
+      'workers': args.workers,
       'machine': outputs.machine(), 'modes': {m: MODES[m] for m in modes},
       'timed_rounds_per_run': args.rounds - args.warmup,
       'runs': runs, 'ratios': ratios}, rows)
