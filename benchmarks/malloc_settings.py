@@ -79,7 +79,7 @@ def child(args) -> int:
   settings = dict(algorithm=algorithm, total_rounds=args.rounds,
                   client_batch_size=int(batch),
                   clients_per_round=args.clients_per_round,
-                  max_examples_per_client=args.max_examples_per_client or None,
+                  max_examples_per_client=args.max_examples_per_client,
                   workers=args.workers,
                   rounds_per_eval=args.rounds + 1,
                   rounds_per_checkpoint=args.rounds + 1, seed=0)
@@ -121,7 +121,8 @@ def main() -> int:
   parser.add_argument('--rounds', type=int, default=8)
   parser.add_argument('--warmup', type=int, default=2)
   parser.add_argument('--clients_per_round', type=int, default=10)
-  parser.add_argument('--max_examples_per_client', type=int, default=128,
+  parser.add_argument('--max_examples_per_client',
+                      type=lambda s: int(s) or None, default=128,
                       help='0: whole clients')
   # Two workers split a round's clients: where a large round was seen paying
   # for the limits in page faults (NOTES, fiftieth session).
@@ -168,7 +169,7 @@ def main() -> int:
       'benchmark': 'ms per local step and worker memory under allocator '
                    'settings (modes: see the script)',
       'clients_per_round': args.clients_per_round,
-      'max_examples_per_client': args.max_examples_per_client or None,
+      'max_examples_per_client': args.max_examples_per_client,
       'workers': args.workers,
       'machine': outputs.machine(), 'modes': {m: MODES[m] for m in modes},
       'timed_rounds_per_run': args.rounds - args.warmup,
