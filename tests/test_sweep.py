@@ -258,6 +258,20 @@ def test_main_refuses_bad_input_with_one_line(tmp_path, capsys):
                      '--output_root=x']) == 2
   assert sweep.main([f'--flagfiles={f}', '--parallel=0',
                      '--output_root=x']) == 2
+  capsys.readouterr()
+  assert sweep.main([f'--flagfiles={f}', '--rounds_per_checkpoint=0',
+                     '--output_root=x']) == 2
+  assert capsys.readouterr().err.startswith('error: --rounds_per_checkpoint')
+
+
+def test_main_passes_rounds_per_checkpoint_to_every_run(tmp_path, capsys):
+  f = _flagfile(tmp_path, 'a')
+  assert sweep.main([f'--flagfiles={f}', '--seeds=0,1', '--dry_run',
+                     '--rounds_per_checkpoint=5',
+                     f'--output_root={tmp_path}']) == 0
+  commands = capsys.readouterr().out.splitlines()
+  assert len(commands) == 2
+  assert all(c.split()[-1] == '--rounds_per_checkpoint=5' for c in commands)
 
 
 if __name__ == '__main__':  # Lets Bazel's py_test run the file.

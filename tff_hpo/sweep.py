@@ -216,6 +216,9 @@ def main(argv: Sequence[str]) -> int:
                       help='budget per run (default: the flagfile\'s)')
   parser.add_argument('--early_stop_accuracy', type=float, default=None)
   parser.add_argument('--early_stop_evals', type=int, default=3)
+  parser.add_argument('--rounds_per_checkpoint', type=int, default=None,
+                      help='default: the flagfile\'s; fewer rounds lose '
+                      'less at a stop when rounds are long')
   parser.add_argument('--dry_run', action='store_true',
                       help='print the commands and what is already done')
   args = parser.parse_args(argv)
@@ -227,6 +230,9 @@ def main(argv: Sequence[str]) -> int:
     if args.total_rounds is not None and args.total_rounds < 1:
       raise ValueError(f'--total_rounds: expected a positive integer, got '
                        f'{args.total_rounds}')
+    if args.rounds_per_checkpoint is not None and args.rounds_per_checkpoint < 1:
+      raise ValueError(f'--rounds_per_checkpoint: expected a positive '
+                       f'integer, got {args.rounds_per_checkpoint}')
   except (ValueError, OSError) as e:
     print(f'error: {e}', file=sys.stderr)
     return 2
@@ -236,6 +242,8 @@ def main(argv: Sequence[str]) -> int:
   if args.early_stop_accuracy is not None:
     extra += [f'--early_stop_accuracy={args.early_stop_accuracy}',
               f'--early_stop_evals={args.early_stop_evals}']
+  if args.rounds_per_checkpoint is not None:
+    extra.append(f'--rounds_per_checkpoint={args.rounds_per_checkpoint}')
   sweep = Sweep(runs, output_root, args.parallel, extra, args.total_rounds)
   # Stoppable however it was started: a shell starts background jobs with
   # SIGINT ignored, and `kill` sends SIGTERM.
