@@ -224,15 +224,11 @@ def main(argv: Sequence[str]) -> int:
   args = parser.parse_args(argv)
   try:
     runs = plan(expand_flagfiles(args.flagfiles), parse_seeds(args.seeds))
-    if args.parallel < 1:
-      raise ValueError(f'--parallel: expected a positive integer, got '
-                       f'{args.parallel}')
-    if args.total_rounds is not None and args.total_rounds < 1:
-      raise ValueError(f'--total_rounds: expected a positive integer, got '
-                       f'{args.total_rounds}')
-    if args.rounds_per_checkpoint is not None and args.rounds_per_checkpoint < 1:
-      raise ValueError(f'--rounds_per_checkpoint: expected a positive '
-                       f'integer, got {args.rounds_per_checkpoint}')
+    for flag in ('parallel', 'total_rounds', 'rounds_per_checkpoint'):
+      value = getattr(args, flag)
+      if value is not None and value < 1:
+        raise ValueError(f'--{flag}: expected a positive integer, got '
+                         f'{value}')
   except (ValueError, OSError) as e:
     print(f'error: {e}', file=sys.stderr)
     return 2
