@@ -1,6 +1,7 @@
 """stop_request: a signal is recorded, stops the workers at once (the round
 in flight fails rather than being waited for) and ends the run at the next
-check; a second signal ends the process; an inherited SIG_IGN stays."""
+check; a second signal ends the process; an inherited SIG_IGN stays; the
+values of workers it stopped are let go without an error."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pytest
 from tests.conftest import ROOT
 from tff_hpo.execution import runtime
 from tff_hpo.execution import stop_request
+from tff_hpo.execution import worker_pool
 
 
 def test_signal_stops_the_workers_then_the_next_check_raises(monkeypatch):
@@ -59,3 +61,21 @@ def test_install_keeps_an_inherited_ignored_sigint():
   finally:
     for signum, handler in before.items():
       signal.signal(signum, handler)
+
+
+def test_values_of_a_stopped_worker_are_let_go_quietly():
+  # TFF disposes remote values from garbage-collection finalizers; after a
+  # stop, the worker's connection error was printed as "Exception ignored".
+  import portpicker  # pylint: disable=g-import-not-at-top
+  from tensorflow_federated.proto.v0 import executor_pb2  # pylint: disable=g-import-not-at-top
+  from tensorflow_federated.python.core.impl.executors import executors_errors  # pylint: disable=g-import-not-at-top
+  address = f'localhost:{portpicker.pick_unused_port()}'  # Nobody answers.
+  process = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])
+  worker = worker_pool.Worker(name='worker', address=address,
+                              stub=worker_pool._stub(address), process=process)  # pylint: disable=protected-access
+  request = executor_pb2.DisposeRequest()
+  with pytest.raises(executors_errors.RetryableGRPCError):
+    worker.stub.dispose(request)  # Running but unreachable: still an error.
+  worker_pool.stop(worker)
+  assert process.poll() is not None
+  assert worker.stub.dispose(request) is None
