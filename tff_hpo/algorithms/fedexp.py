@@ -18,6 +18,7 @@ import tensorflow_federated as tff
 from tff_hpo.algorithms import aggregators
 from tff_hpo import config as config_lib
 from tff_hpo.algorithms import model_init
+from tff_hpo.execution import client_loops
 from tff_hpo.paper_math import optimizers
 from tff_hpo.algorithms import spec
 
@@ -36,6 +37,9 @@ def build_fedexp(
       server_optimizer_fn=tff.learning.optimizers.build_sgdm(
           learning_rate=1.0),
       model_aggregator=aggregators.FedExPMeanFactory(epsilon),
+      # FedAvg's loop: TFF's default `reduce` made Stack Overflow rounds
+      # about 1.5 times FedAvg's.
+      loop_implementation=client_loops.loop_for_model_fn(model_fn),
   )
   return model_init.with_initial_weights(process, model_fn)
 
