@@ -7,6 +7,7 @@ import json
 import math
 import sys
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -422,6 +423,28 @@ def test_every_algorithm_figure_ranks_rounds_and_hatches_the_unreached(
   assert widths == [4, 3, 2, 1]
   assert [bool(bar.get_hatch()) for bar in ax.patches] == [True, False,
                                                            False, False]
+
+
+def test_every_algorithm_figure_ranks_best_accuracy_with_seed_spread(
+    tmp_path):
+  _run(tmp_path, 'x_fedavg_s0', [0.5, 0.7], algorithm='fedavg', seed=0)
+  _run(tmp_path, 'x_fedavg_s1', [0.5, 0.9, 0.6], algorithm='fedavg', seed=1)
+  _run(tmp_path, 'x_fathom_s0', [0.75, 0.7], algorithm='fathom', seed=0)
+  _run(tmp_path, 'x_adabest_s0', [0.6, 0.85], algorithm='adabest', seed=0,
+       ended=False, budget=10)
+  fig = table1.algorithms_figure(table1.load_runs(str(tmp_path)), [0.86])
+  ax = fig.axes[1]
+  labels = [t.get_text() for t in ax.get_yticklabels()]
+  assert labels == ['fathom', 'fedavg', 'adabest']  # Bottom up: 0.75, 0.8.
+  np.testing.assert_allclose([bar.get_width() for bar in ax.patches],
+                             [0.75, 0.8, 0.85])
+  (errors,) = [c for c in ax.collections if len(c.get_segments()) == 3]
+  np.testing.assert_allclose(  # fedavg's bests 0.7 and 0.9: std 0.1414.
+      [abs(s[1][0] - s[0][0]) / 2 for s in errors.get_segments()],
+      [0, np.std([0.7, 0.9], ddof=1), 0])
+  assert [bar.get_alpha() for bar in ax.patches] == [None, None, 0.4]
+  assert [l.get_xdata()[0] for l in ax.lines] == [0.86]
+  assert ax.get_xlim()[0] == pytest.approx(0.65)  # 0.75 - (0.85 - 0.75).
 
 
 def test_write_readme_with_notes_table_and_figures(tmp_path):

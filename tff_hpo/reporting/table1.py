@@ -19,6 +19,7 @@ import json
 import math
 import os
 import re
+import textwrap
 from typing import Optional, Sequence
 
 import numpy as np
@@ -539,14 +540,18 @@ def figure_1(members: Sequence[RunInfo], title: Optional[str] = None,
 
 
 def algorithms_figure(members: Sequence[RunInfo], targets: Sequence[float]):
-  """Every algorithm of a row, ranked: one bar per algorithm and target,
+  """Every algorithm of a row, ranked: per target, one bar per algorithm,
   mean rounds to the target over the seeds that reached it (a hatched bar
   where none did: the rounds it spent, a lower bound), FedAvg's drawn as a
-  line. Returns the matplotlib figure."""
+  line; then best test accuracy within the budget, mean over seeds with
+  their std, the bar pale while a seed still trains (its best so far).
+  The last panel ranks the rows where few algorithms reach the target.
+  Returns the matplotlib figure."""
   plt = _pyplot()
   algorithms = sorted({r.algorithm for r in members})
-  fig, axes = plt.subplots(1, len(targets), figsize=(5 * len(targets), 0.6 +
-                                                    0.35 * len(algorithms)),
+  fig, axes = plt.subplots(1, len(targets) + 1,
+                           figsize=(5 * (len(targets) + 1),
+                                    0.9 + 0.35 * len(algorithms)),
                            squeeze=False)
   for ax, target in zip(axes[0], targets):
     stats = {a: summarize([r for r in members if r.algorithm == a],
@@ -554,8 +559,7 @@ def algorithms_figure(members: Sequence[RunInfo], targets: Sequence[float]):
     shown = {a: s for a, s in stats.items() if s.bound is not None}
     order = sorted(shown, key=lambda a: shown[a].bound, reverse=True)
     bars = ax.barh(order, [shown[a].bound for a in order],
-                   color=['tab:red' if a == 'fathom' else 'tab:blue'
-                          if a == 'fedavg' else 'tab:grey' for a in order])
+                   color=[_bar_colour(a) for a in order])
     for bar, a in zip(bars, order):
       if not shown[a].values:
         bar.set_hatch('//')
@@ -567,10 +571,41 @@ def algorithms_figure(members: Sequence[RunInfo], targets: Sequence[float]):
                  fontsize=10)
     ax.set_xlabel('rounds')
     ax.grid(axis='x', alpha=0.3)
-  fig.suptitle(f'{members[0].row}: every algorithm; {members[0].dataset}',
-               fontsize=9)
+  ax = axes[0][-1]
+  best = {a: [float(r.frame['eval/accuracy'].max()) for r in members
+              if r.algorithm == a] for a in algorithms}
+  running = {a for a in algorithms
+             if not all(r.ended for r in members if r.algorithm == a)}
+  order = sorted(algorithms, key=lambda a: np.mean(best[a]))
+  bars = ax.barh(order, [np.mean(best[a]) for a in order],
+                 xerr=[np.std(best[a], ddof=1) if len(best[a]) > 1 else 0
+                       for a in order],
+                 color=[_bar_colour(a) for a in order])
+  for bar, a in zip(bars, order):
+    if a in running:
+      bar.set_alpha(0.4)
+  for target in targets:
+    ax.axvline(target, color='grey', linewidth=0.8, linestyle=':')
+  ax.set_title('best test accuracy (pale: still training)', fontsize=10)
+  ax.set_xlabel('test accuracy')
+  means = [np.mean(best[a]) for a in order]
+  # Where every best lies close together (EMNIST), bars from 0 hide the
+  # differences: start the axis one spread below the lowest.
+  low = min(means) - (max(means) - min(means))
+  if low > 0:
+    ax.set_xlim(left=low)
+    ax.set_xlabel(f'test accuracy (axis from {low:.3f})')
+  ax.grid(axis='x', alpha=0.3)
+  fig.suptitle(textwrap.fill(
+      f'{members[0].row}: every algorithm; {members[0].dataset}',
+      width=int(130 * (len(targets) + 1) / 2)), fontsize=9)
   fig.tight_layout()
   return fig
+
+
+def _bar_colour(algorithm: str) -> str:
+  return {'fathom': 'tab:red', 'fedavg': 'tab:blue'}.get(algorithm,
+                                                         'tab:grey')
 
 
 def figures(runs: Sequence[RunInfo], out_dir: str) -> list[str]:
