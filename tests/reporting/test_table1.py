@@ -116,7 +116,7 @@ def test_unreached_runs_count_once_ended_and_rows_pair_algorithms(tmp_path):
   # FATHOM s1 spent 2 rounds without reaching 0.86: its mean is > 2.
   assert '| 2 (1/2) | 4 (1/1) | > 0.50 |' in line
   # Best within the budget, over ended runs: FATHOM s0 0.9, s1 0.6.
-  assert line.endswith('| 0.750 ± 0.212 (2) | 0.900 (1) | 10 |')
+  assert line.endswith('| 0.750 ± 0.212 (2) | 0.900 (1) | 10 rounds |')
 
 
 def test_stack_overflow_target_follows_the_written_rule_on_its_corpus(
@@ -182,7 +182,8 @@ def test_closed_runs_state_their_cut_budget_and_count_unreached(tmp_path):
   table = table1.table_markdown(runs, {'authors_emnist_ncpr': [0.8, 0.86]})
   assert ('| authors_emnist_ncpr | 0.8 | 2 (1/1) | NA (0/1) | < 0.50 |'
           in table)  # FedAvg spent 4 rounds short of 0.8.
-  assert table.rstrip().endswith('| fathom 3 / fedavg 4 (closed) |')
+  assert table.rstrip().endswith(
+      '| 30 rounds; closed: fathom s0 at 3, fedavg s0 at 4 |')
   status = table1.status_markdown(runs)
   assert '| 3 | 3 | closed (planned 30) | 0.8200 |' in status
   assert '- authors_emnist_ncpr_fedavg_s0: machine gone' in status

@@ -271,15 +271,14 @@ def table_markdown(runs: Sequence[RunInfo], targets: dict[str, list[float]]
 
 
 def _budget_text(members: Sequence[RunInfo]) -> str:
-  """The row's budget in rounds (the largest); where runs were closed short
-  of it, each algorithm's, marked "closed"."""
-  if not any(r.closed for r in members):
-    return str(max(r.budget for r in members))
-  budgets = {}
-  for r in members:
-    budgets.setdefault(r.algorithm, set()).add(r.budget)
-  return ' / '.join(f'{a} {"-".join(map(str, sorted(b)))}'
-                    for a, b in sorted(budgets.items())) + ' (closed)'
+  """The row's budget in rounds (the largest planned) and, where runs were
+  closed short of their plan, which ones and at what round."""
+  planned = max(r.planned or r.budget for r in members)
+  closed = [f'{r.algorithm} s{r.seed} at {r.budget}'
+            for r in sorted(members, key=lambda r: (r.algorithm, r.seed))
+            if r.closed and r.budget < (r.planned or r.budget)]
+  return f'{planned} rounds' + (f'; closed: {", ".join(closed)}'
+                                if closed else '')
 
 
 def _best_accuracy(runs: Sequence[RunInfo]) -> str:
@@ -329,7 +328,7 @@ def algorithms_markdown(runs: Sequence[RunInfo],
                      f'{stat["seconds"].text()} | {ratios} |')
       parts.append('\n'.join(lines))
     budget = _budget_text(members)
-    sections.append(f'### {row} (budget {budget} rounds)\n\n' +
+    sections.append(f'### {row} (budget {budget})\n\n' +
                     '\n\n'.join(parts))
   return '\n\n'.join(sections)
 
