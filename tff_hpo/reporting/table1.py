@@ -575,8 +575,9 @@ def algorithms_figure(members: Sequence[RunInfo], targets: Sequence[float]):
               if r.algorithm == a] for a in algorithms}
   running = {a for a in algorithms
              if not all(r.ended for r in members if r.algorithm == a)}
-  order = sorted(algorithms, key=lambda a: np.mean(best[a]))
-  bars = ax.barh(order, [np.mean(best[a]) for a in order],
+  mean = {a: float(np.mean(v)) for a, v in best.items()}
+  order = sorted(algorithms, key=mean.get)
+  bars = ax.barh(order, [mean[a] for a in order],
                  xerr=[np.std(best[a], ddof=1) if len(best[a]) > 1 else 0
                        for a in order],
                  color=[_bar_colour(a) for a in order])
@@ -587,10 +588,9 @@ def algorithms_figure(members: Sequence[RunInfo], targets: Sequence[float]):
     ax.axvline(target, color='grey', linewidth=0.8, linestyle=':')
   ax.set_title('best test accuracy (pale: still training)', fontsize=10)
   ax.set_xlabel('test accuracy')
-  means = [np.mean(best[a]) for a in order]
   # Where every best lies close together (EMNIST), bars from 0 hide the
   # differences: start the axis one spread below the lowest.
-  low = min(means) - (max(means) - min(means))
+  low = min(mean.values()) - (max(mean.values()) - min(mean.values()))
   if low > 0:
     ax.set_xlim(left=low)
     ax.set_xlabel(f'test accuracy (axis from {low:.3f})')
