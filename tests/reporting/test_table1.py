@@ -407,6 +407,15 @@ def test_figure_1_draws_bands_targets_and_short_example_counts(tmp_path):
   assert rounds.get_ylim() == (0.6, 0.9)
   assert examples.xaxis.get_major_formatter()(1_500_000) == '1.5M'
   assert examples.xaxis.get_major_formatter()(200_000) == '200k'
+  # The row names the figure (a panel's title once overwrote it).
+  assert fig.get_suptitle().startswith('authors_emnist_baseline: ')
+
+
+def test_figure_1_marks_a_lone_evaluation(tmp_path):
+  _run(tmp_path, 'x_fathom_s0', [0.5], algorithm='fathom', seed=0)
+  _run(tmp_path, 'x_fedavg_s0', [0.5, 0.6], algorithm='fedavg', seed=0)
+  rounds = table1.figure_1(table1.load_runs(str(tmp_path))).axes[0]
+  assert [l.get_marker() for l in rounds.lines[:2]] == ['o', 'None']
 
 
 def test_every_algorithm_figure_ranks_rounds_and_hatches_the_unreached(

@@ -476,8 +476,10 @@ def _band(ax, frames: list[pd.DataFrame], x: str, y: str, label: str,
   xs = (np.array(common, float) if x == 'round' else
         np.mean([a[x].to_numpy(float) for a in aligned], axis=0))
   mean = ys.mean(axis=0)
+  # A lone evaluation (a run that has just started) would draw nothing.
+  marker = {'marker': 'o'} if len(common) == 1 else {}
   line, = ax.plot(xs, mean, label=f'{label} (n={len(frames)})',
-                  **(style or {}))
+                  **marker, **(style or {}))
   if len(frames) > 1:
     std = ys.std(axis=0, ddof=1)
     ax.fill_between(xs, mean - std, mean + std, color=line.get_color(),
@@ -518,8 +520,8 @@ def figure_1(members: Sequence[RunInfo], title: Optional[str] = None,
         _band(ax, frames, 'round', names[0], label, styles[algorithm])
   titles = ['test accuracy vs rounds', 'test accuracy vs examples',
             *(t for _, t in HPARAMS)]
-  for ax, title in zip(axes, titles):
-    ax.set_title(title, fontsize=10)
+  for ax, panel in zip(axes, titles):
+    ax.set_title(panel, fontsize=10)
     ax.grid(alpha=0.3)
     if ax.lines:
       ax.legend(fontsize=8)
@@ -532,8 +534,8 @@ def figure_1(members: Sequence[RunInfo], title: Optional[str] = None,
   axes[1].set_xlabel('examples processed')
   for ax in (axes[0], *axes[2:]):
     ax.set_xlabel('round')
-  fig.suptitle(f'{title or members[0].row}: {members[0].dataset}',
-               fontsize=9)
+  fig.suptitle(textwrap.fill(f'{title or members[0].row}: '
+                             f'{members[0].dataset}', width=260), fontsize=9)
   fig.tight_layout()
   return fig
 
