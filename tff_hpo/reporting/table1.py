@@ -503,7 +503,7 @@ def figure_1(members: Sequence[RunInfo], title: Optional[str] = None,
   plt = _pyplot()
   from matplotlib import ticker  # pylint: disable=g-import-not-at-top
   fig, axes = plt.subplots(1, 5, figsize=(20, 3.8))
-  styles = {'fathom': dict(color='tab:red'), 'fedavg': dict(color='tab:blue')}
+  styles = {a: dict(color=_bar_colour(a)) for a in PAIRED}
   for algorithm in PAIRED:
     frames = [r.frame for r in members if r.algorithm == algorithm]
     if not frames:
@@ -534,8 +534,7 @@ def figure_1(members: Sequence[RunInfo], title: Optional[str] = None,
   axes[1].set_xlabel('examples processed')
   for ax in (axes[0], *axes[2:]):
     ax.set_xlabel('round')
-  fig.suptitle(textwrap.fill(f'{title or members[0].row}: '
-                             f'{members[0].dataset}', width=260), fontsize=9)
+  _suptitle(fig, f'{title or members[0].row}: {members[0].dataset}')
   fig.tight_layout()
   return fig
 
@@ -597,11 +596,16 @@ def algorithms_figure(members: Sequence[RunInfo], targets: Sequence[float]):
     ax.set_xlim(left=low)
     ax.set_xlabel(f'test accuracy (axis from {low:.3f})')
   ax.grid(axis='x', alpha=0.3)
-  fig.suptitle(textwrap.fill(
-      f'{members[0].row}: every algorithm; {members[0].dataset}',
-      width=int(130 * (len(targets) + 1) / 2)), fontsize=9)
+  _suptitle(fig, f'{members[0].row}: every algorithm; {members[0].dataset}')
   fig.tight_layout()
   return fig
+
+
+def _suptitle(fig, text: str) -> None:
+  """The figure's title, wrapped to its width (about 13 characters an inch
+  at 9 points) so a long dataset description stays on the page."""
+  fig.suptitle(textwrap.fill(text, width=int(13 * fig.get_figwidth())),
+               fontsize=9)
 
 
 def _bar_colour(algorithm: str) -> str:
