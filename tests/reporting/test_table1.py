@@ -189,6 +189,34 @@ def test_closed_runs_state_their_cut_budget_and_count_unreached(tmp_path):
   assert '- authors_emnist_ncpr_fedavg_s0: machine gone' in status
 
 
+def test_closed_rows_compare_the_algorithms_at_equal_rounds(tmp_path):
+  # FATHOM s0 closed at round 3 of 5, s1 ran all 5; FedAvg s0 evaluated at
+  # rounds 2 and 4 only. A row without closed runs gets no table.
+  _run(tmp_path, 'authors_so_bs4_fathom_s0', [0.1, 0.2, 0.3],
+       algorithm='fathom', seed=0, budget=5, ended=False)
+  _run(tmp_path, 'authors_so_bs4_fathom_s1', [0.1, 0.4, 0.5, 0.6, 0.7],
+       algorithm='fathom', seed=1)
+  _run(tmp_path, 'authors_so_bs4_fedavg_s0',
+       [math.nan, 0.25, math.nan, 0.45, math.nan], algorithm='fedavg', seed=0)
+  _run(tmp_path, 'authors_so_baseline_fathom_s0', [0.1, 0.2],
+       algorithm='fathom', seed=0)
+  _run(tmp_path, 'authors_so_baseline_fedavg_s0', [0.1, 0.2],
+       algorithm='fedavg', seed=0)
+  assert table1.equal_rounds_markdown(table1.load_runs(str(tmp_path))) == ''
+  run_status.close(str(tmp_path / 'authors_so_bs4_fathom_s0'), 'machine gone')
+  runs = table1.load_runs(str(tmp_path))
+  assert table1.equal_rounds_markdown(runs).splitlines()[-2:] == [
+      '| 2 | 0.300 ± 0.141 (2) | 0.250 (1) | +0.050 |',
+      '| 4 | 0.600 (1) | 0.450 (1) | +0.150 |']
+  assert table1.equal_rounds_markdown(runs, max_lines=1).splitlines()[0] == (
+      '### authors_so_bs4')
+  assert table1.equal_rounds_markdown(runs, max_lines=1).splitlines()[-1] == (
+      '| 4 | 0.600 (1) | 0.450 (1) | +0.150 |')
+  # Table 1's best accuracies then say over which rounds they are.
+  table = table1.table_markdown(runs, {'authors_so_bs4': [0.9]})
+  assert '| 0.500 ± 0.283 (2; in 3-5 rounds) | 0.450 (1) |' in table
+
+
 @pytest.mark.parametrize('fathom, fedavg, want', [
     (table1.Stat([200.0, 300.0], 2), table1.Stat([500.0], 1), '0.50'),
     # FedAvg ended at 600 and 400 without reaching: it needs > 500 on average.

@@ -255,7 +255,7 @@ def table_markdown(runs: Sequence[RunInfo], targets: dict[str, list[float]]
     if not (fathom and fedavg):
       continue
     budget = _budget_text(members)
-    best = [f'{_best_accuracy(mine)} ({sum(r.ended for r in mine)})'
+    best = [f'{_best_accuracy(mine)} ({_ended_text(mine)})'
             for mine in (fathom, fedavg)]
     for target in targets.get(row, []):
       a, b = summarize(fathom, target), summarize(fedavg, target)
@@ -279,6 +279,56 @@ def _budget_text(members: Sequence[RunInfo]) -> str:
             if r.closed and r.budget < (r.planned or r.budget)]
   return f'{planned} rounds' + (f'; closed: {", ".join(closed)}'
                                 if closed else '')
+
+
+def _accuracy_cell(values: Sequence[float]) -> str:
+  spread = f' ± {np.std(values, ddof=1):.3f}' if len(values) > 1 else ''
+  return f'{np.mean(values):.3f}{spread} ({len(values)})'
+
+
+def equal_rounds_markdown(runs: Sequence[RunInfo], max_lines: int = 10
+                          ) -> str:
+  """For each row with a FATHOM or FedAvg run closed short of its plan (whose
+  best accuracies then come from unequal rounds): test accuracy at the same
+  evaluations, mean ± std over the runs evaluated there (n), FATHOM beside
+  FedAvg; at most `max_lines` evaluations, the last both have among them."""
+  sections = []
+  for row in sorted({r.row for r in runs}):
+    pair = {a: [r for r in runs if r.row == row and r.algorithm == a]
+            for a in PAIRED}
+    if not all(pair.values()) or not any(
+        r.closed and r.budget < (r.planned or r.budget)
+        for members in pair.values() for r in members):
+      continue
+    # Round -> the accuracies of the runs evaluated at it, per algorithm.
+    by_round = {a: collections.defaultdict(list) for a in PAIRED}
+    for algorithm, members in pair.items():
+      for r in members:
+        evaluated = r.frame.dropna(subset=['eval/accuracy'])
+        for rnd, acc in zip(evaluated['round'], evaluated['eval/accuracy']):
+          by_round[algorithm][int(rnd)].append(float(acc))
+    common = sorted(set(by_round['fathom']) & set(by_round['fedavg']))
+    step = max(1, math.ceil(len(common) / max_lines))
+    shown = common[::-1][::step][::-1]
+    lines = [f'### {row}', '',
+             '| round | test acc. FATHOM (n) | test acc. FedAvg (n) | '
+             'difference |', '|---|---|---|---|']
+    for rnd in shown:
+      fathom, fedavg = by_round['fathom'][rnd], by_round['fedavg'][rnd]
+      lines.append(f'| {rnd} | {_accuracy_cell(fathom)} | '
+                   f'{_accuracy_cell(fedavg)} | '
+                   f'{np.mean(fathom) - np.mean(fedavg):+.3f} |')
+    sections.append('\n'.join(lines))
+  return '\n\n'.join(sections)
+
+
+def _ended_text(runs: Sequence[RunInfo]) -> str:
+  """How many runs ended and, where closed runs ended at different rounds,
+  over which (their best accuracies are then over unequal budgets)."""
+  budgets = sorted({r.budget for r in runs if r.ended})
+  spread = (f'; in {budgets[0]}-{budgets[-1]} rounds'
+            if len(budgets) > 1 else '')
+  return f'{sum(r.ended for r in runs)}{spread}'
 
 
 def _best_accuracy(runs: Sequence[RunInfo]) -> str:
@@ -672,6 +722,13 @@ ALGORITHMS_NOTE = (
     'not a tuning of these algorithms for this data. "untuned here": the '
     'algorithm\'s paper has no experiment on the task, so it runs at Reddi '
     'et al.\'s FedAvg client learning rate and its paper\'s defaults.')
+EQUAL_ROUNDS_HEAD = (
+    '## Rows closed short of their budget, at equal rounds\n\n'
+    'A closed run\'s best accuracy is over the rounds it has, so a row '
+    'whose runs were closed at different rounds sets unequal budgets side '
+    'by side in Table 1. Here the same row at the same evaluations: test '
+    'accuracy, mean ± std over the runs evaluated at that round (n), and '
+    'FATHOM\'s mean minus FedAvg\'s.\n\n')
 RERUN_HEAD = (
     '## The authors\' EMNIST pipeline, now and before\n\n'
     'FATHOM / FedAvg ratios of rounds / examples to the target (read as in '
@@ -716,6 +773,8 @@ def write(root: str) -> str:
       '## Table 1 (mean ± std over seeds that reached the target; '
       '(k/n): k reached of n counted)\n\n' + RATIO_NOTE + '\n\n' +
       table_markdown(runs, targets),
+      *([EQUAL_ROUNDS_HEAD + equal] if (equal := equal_rounds_markdown(
+          runs)) else []),
       *([RERUN_HEAD + rerun] if (rerun := rerun_markdown(
           runs, crosscheck_pairs())) else []),
       *(['## Training seconds to target, replayed quietly\n\n' + quiet]
