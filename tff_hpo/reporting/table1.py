@@ -270,20 +270,26 @@ def table_markdown(runs: Sequence[RunInfo], targets: dict[str, list[float]]
   return '\n'.join(lines)
 
 
+def _cut_short(run: RunInfo) -> bool:
+  """Closed before the budget it was started with."""
+  return bool(run.closed) and run.budget < (run.planned or run.budget)
+
+
 def _budget_text(members: Sequence[RunInfo]) -> str:
   """The row's budget in rounds (the largest planned) and, where runs were
   closed short of their plan, which ones and at what round."""
   planned = max(r.planned or r.budget for r in members)
   closed = [f'{r.algorithm} s{r.seed} at {r.budget}'
             for r in sorted(members, key=lambda r: (r.algorithm, r.seed))
-            if r.closed and r.budget < (r.planned or r.budget)]
+            if _cut_short(r)]
   return f'{planned} rounds' + (f'; closed: {", ".join(closed)}'
                                 if closed else '')
 
 
-def _accuracy_cell(values: Sequence[float]) -> str:
+def _mean_std(values: Sequence[float]) -> str:
+  """Accuracies as mean ± sample std (the mean alone for one value)."""
   spread = f' ± {np.std(values, ddof=1):.3f}' if len(values) > 1 else ''
-  return f'{np.mean(values):.3f}{spread} ({len(values)})'
+  return f'{np.mean(values):.3f}{spread}'
 
 
 def equal_rounds_markdown(runs: Sequence[RunInfo], max_lines: int = 10
@@ -297,8 +303,7 @@ def equal_rounds_markdown(runs: Sequence[RunInfo], max_lines: int = 10
     pair = {a: [r for r in runs if r.row == row and r.algorithm == a]
             for a in PAIRED}
     if not all(pair.values()) or not any(
-        r.closed and r.budget < (r.planned or r.budget)
-        for members in pair.values() for r in members):
+        _cut_short(r) for members in pair.values() for r in members):
       continue
     # Round -> the accuracies of the runs evaluated at it, per algorithm.
     by_round = {a: collections.defaultdict(list) for a in PAIRED}
@@ -315,8 +320,8 @@ def equal_rounds_markdown(runs: Sequence[RunInfo], max_lines: int = 10
              'difference |', '|---|---|---|---|']
     for rnd in shown:
       fathom, fedavg = by_round['fathom'][rnd], by_round['fedavg'][rnd]
-      lines.append(f'| {rnd} | {_accuracy_cell(fathom)} | '
-                   f'{_accuracy_cell(fedavg)} | '
+      lines.append(f'| {rnd} | {_mean_std(fathom)} ({len(fathom)}) | '
+                   f'{_mean_std(fedavg)} ({len(fedavg)}) | '
                    f'{np.mean(fathom) - np.mean(fedavg):+.3f} |')
     sections.append('\n'.join(lines))
   return '\n\n'.join(sections)
@@ -334,8 +339,7 @@ def _ended_text(runs: Sequence[RunInfo]) -> str:
 def _best_accuracy(runs: Sequence[RunInfo]) -> str:
   """Best test accuracy within the budget, mean ± std over ended runs."""
   best = [float(r.frame['eval/accuracy'].max()) for r in runs if r.ended]
-  spread = f' ± {np.std(best, ddof=1):.3f}' if len(best) > 1 else ''
-  return f'{np.mean(best):.3f}{spread}' if best else 'pending'
+  return _mean_std(best) if best else 'pending'
 
 
 def algorithms_markdown(runs: Sequence[RunInfo],
