@@ -328,8 +328,9 @@ def equal_rounds_markdown(runs: Sequence[RunInfo], max_lines: int = 10
 
 
 def _ended_text(runs: Sequence[RunInfo]) -> str:
-  """How many runs ended and, where closed runs ended at different rounds,
-  over which (their best accuracies are then over unequal budgets)."""
+  """How many runs ended and, where they ended at different rounds (runs
+  closed short), over which: their best accuracies are over unequal
+  budgets."""
   budgets = sorted({r.budget for r in runs if r.ended})
   spread = (f'; in {budgets[0]}-{budgets[-1]} rounds'
             if len(budgets) > 1 else '')
