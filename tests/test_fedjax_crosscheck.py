@@ -25,6 +25,7 @@ from benchmarks.fedjax_crosscheck import stackoverflow
 from tests.conftest import ROOT
 from tests.conftest import SHARED_DATA
 from tff_hpo.reporting import comparison
+from tff_hpo.runs import run_status
 
 NPZ = os.path.join(SHARED_DATA, femnist.NPZ)
 TFF_RUN = os.path.join(ROOT, 'results', 'table1',
@@ -198,6 +199,21 @@ def test_resume_keeps_rows_up_to_the_saved_round_and_refuses_other_settings(
   with pytest.raises(ValueError, match='clients_per_round=10 there'):
     run_files.check_config(run_dir, dict(config, clients_per_round=20))
 
+
+
+def test_a_closed_or_stateless_ended_run_is_not_trained_again(tmp_path):
+  run_dir = _fedjax_run(str(tmp_path), total_rounds=300)
+  run_files.check_trainable(run_dir)  # Unfinished: resumes or restarts.
+  run_status.close(run_dir, 'machine gone')
+  with pytest.raises(ValueError, match=r'closed at round 4 \(machine gone\)'):
+    run_files.check_trainable(run_dir)
+  run_status.write(run_dir, last_round=4, stopped_early=True,
+                   total_rounds=300, early_stop_accuracy=0.6,
+                   early_stop_evals=0)
+  with pytest.raises(ValueError, match='state.pickle is not here'):
+    run_files.check_trainable(run_dir)
+  run_files.write_atomically(os.path.join(run_dir, run_files.STATE), b'')
+  run_files.check_trainable(run_dir)  # Its state is here: it resumes.
 
 
 @pytest.mark.parametrize('row', sorted(set(rows.ROWS) - {rows.BASELINE}))

@@ -73,7 +73,9 @@ built.
 Each run writes `<output_root>/<implementation>_s<seed>/` (`run_files`), which
 `python -m tff_hpo.report` reads beside the project's runs. A stopped run
 resumes from its last evaluation (state.pickle), or from its last
-`--rounds_per_checkpoint` round if that came later.
+`--rounds_per_checkpoint` round if that came later. A run closed with
+`python -m tff_hpo.close_run`, or ended without its state.pickle here, is
+refused rather than trained again from round 0 over its metrics.
 """
 
 from __future__ import annotations
@@ -93,6 +95,7 @@ from benchmarks.fedjax_crosscheck import rows as rows_lib
 from benchmarks.fedjax_crosscheck import run_files
 from benchmarks.fedjax_crosscheck import stackoverflow
 from tff_hpo.runs import early_stop
+from tff_hpo.runs import run_lock
 from tff_hpo.runs import run_status
 
 IMPLEMENTATIONS = ('fedjax_fedavg', 'fedjax_fedavg_processed_weights',
@@ -340,10 +343,8 @@ def main(argv: Sequence[str]) -> None:
   task = emnist_task() if task_name == 'emnist_cr' else stackoverflow_task()
 
   import fedjax  # pylint: disable=g-import-not-at-top
-  import jax  # pylint: disable=g-import-not-at-top
-  model = task.model
   algorithm, settings, used = build(implementation, seed,
-                                    fedjax.model_grad(model), flagfile,
+                                    fedjax.model_grad(task.model), flagfile,
                                     task_name, table_row)
   # EMNIST's run names stay those of the first cross-check.
   name = (rows_lib.run_name(table_row, implementation, seed)
@@ -361,11 +362,28 @@ def main(argv: Sequence[str]) -> None:
                 experiment_name=name, versions=versions(), **settings,
                 **extra)
   run_dir = os.path.join(_OUTPUT.value, config['experiment_name'])
-  os.makedirs(run_dir, exist_ok=True)
-  run_files.check_config(run_dir, config)
-  run_files.write_json(os.path.join(run_dir, run_files.CONFIG_JSON), config)
-  run_files.write_atomically(os.path.join(run_dir, run_files.DATASET_TXT),
-                             (task.dataset + '\n').encode())
+  try:
+    run_files.check_trainable(run_dir)
+  except ValueError as e:
+    raise app.UsageError(str(e)) from e
+  # As the runner's: one process a run directory, and close_run waits.
+  with run_lock.hold(run_dir):
+    os.makedirs(run_dir, exist_ok=True)
+    run_files.check_config(run_dir, config)
+    run_files.write_json(os.path.join(run_dir, run_files.CONFIG_JSON), config)
+    run_files.write_atomically(os.path.join(run_dir, run_files.DATASET_TXT),
+                               (task.dataset + '\n').encode())
+    _train(run_dir, task, algorithm, used, seed, rounds, clients_per_round,
+           implementation == 'fedjax_fedavg_processed_weights')
+
+
+def _train(run_dir: str, task: Task, algorithm: Any,
+           used: Callable[[Any], tuple], seed: int, rounds: int,
+           clients_per_round: int, weigh_processed: bool) -> None:
+  """Trains from the run's state (or round 0) to `rounds` or the early
+  stop, writing metrics.csv every round and status.json at the end."""
+  import fedjax  # pylint: disable=g-import-not-at-top
+  import jax  # pylint: disable=g-import-not-at-top
 
   state_path = os.path.join(run_dir, run_files.STATE)
   done = 0
@@ -373,7 +391,8 @@ def main(argv: Sequence[str]) -> None:
     with open(state_path, 'rb') as f:
       done, state = pickle.load(f)
   else:
-    state = algorithm.init(model.init(jax.random.PRNGKey(4 * seed + 1)))
+    state = algorithm.init(
+        task.model.init(jax.random.PRNGKey(4 * seed + 1)))
   rows = run_files.read_metrics(run_dir, done)
   stop = early_stop.EarlyStop(_EARLY_STOP.value, _EARLY_STOP_EVALS.value)
   stop.replay([float(r['eval/accuracy']) for r in rows
@@ -385,7 +404,7 @@ def main(argv: Sequence[str]) -> None:
   evaluate = fedjax.training.ModelFullEvaluationFn(
       task.test, task.eval_model,
       fedjax.PaddedBatchHParams(batch_size=task.eval_batch_size))
-  print(f'{task_name} / {implementation} seed {seed}: '
+  print(f'{os.path.basename(run_dir)}: '
         f'{task.num_train_clients} train clients, {task.num_test_examples} '
         f'test examples, from round {done + 1} to {rounds}', flush=True)
 
@@ -399,7 +418,7 @@ def main(argv: Sequence[str]) -> None:
     start = time.perf_counter()
     state, _ = algorithm.apply(
         state, weighted_by_examples_processed(clients, int(batch))
-        if implementation == 'fedjax_fedavg_processed_weights' else clients)
+        if weigh_processed else clients)
     jax.block_until_ready(state.params)
     seconds = time.perf_counter() - start
     examples, steps = run_files.round_costs([len(c[1]) for c in clients],

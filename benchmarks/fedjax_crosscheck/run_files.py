@@ -17,6 +17,8 @@ import math
 import os
 from typing import Any, Mapping, Optional, Sequence
 
+from tff_hpo.runs import run_status
+
 # The project's names (`tff_hpo/rounds/round_metrics.py`) for what a FedJAX round
 # can tell: its cost, the hyperparameters its clients used, its time, and
 # the evaluation on every test client.
@@ -91,6 +93,27 @@ def check_config(run_dir: str, config: Mapping[str, Any]) -> None:
         f'{run_dir} holds a run with other settings '
         f'({", ".join(f"{k}={saved.get(k)!r} there" for k in changed)}); '
         'pass those to resume it, or pick another --output_root')
+
+
+def check_trainable(run_dir: str) -> None:
+  """Refuses to train a run that is over unless it can resume: a closed run
+  (`tff_hpo.close_run`) is final, and an ended run without its state (a
+  clone, another machine) would start again from round 0 and rewrite the
+  metrics it ended with."""
+  status = run_status.read(run_dir)
+  if status is None:
+    return
+  status_path = os.path.join(run_dir, run_status.STATUS_JSON)
+  if status.get('closed'):
+    raise ValueError(
+        f'{run_dir} was closed at round {status["last_round"]} '
+        f'({status["closed"]}); delete {status_path} to train it again '
+        'from round 0')
+  if not os.path.exists(os.path.join(run_dir, STATE)):
+    raise ValueError(
+        f'{run_dir} ended at round {status["last_round"]} and its '
+        f'{STATE} is not here, so it would start again from round 0; '
+        f'delete {status_path} to do that, or pick another --output_root')
 
 
 def round_costs(sizes: Sequence[int], epochs: float, batch: float

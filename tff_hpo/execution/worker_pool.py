@@ -20,8 +20,6 @@ import tempfile
 import time
 from typing import Any, Mapping, Optional
 
-import psutil
-
 from tff_hpo.execution import parent_death
 
 READY_TIMEOUT_S = 60.0
@@ -209,6 +207,9 @@ _STALE_LOG = re.compile(r'tff_hpo_worker_(\d+)(_\d+)?\.log$')
 def remove_stale_logs() -> None:
   """Empty logs of workers whose runner died unasked (kill -9): nothing to
   read in them, and nobody left to remove them."""
+  # Here, not at the top: runtime's import stays standard-library only, so
+  # the FedJAX environment can import the run lock (through config).
+  import psutil  # pylint: disable=g-import-not-at-top
   folder = tempfile.gettempdir()
   for entry in os.scandir(folder):
     found = _STALE_LOG.match(entry.name)
