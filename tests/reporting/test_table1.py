@@ -355,6 +355,45 @@ def test_algorithms_without_a_papers_values_for_the_task_are_marked(
   assert 'untuned' not in text[:text.index('### so_baseline')]  # EMNIST.
 
 
+def test_rows_the_authors_code_has_not_finished_show_three_at_equal_rounds(
+    tmp_path):
+  table, crosscheck = tmp_path / 'table1', tmp_path / 'fedjax_crosscheck'
+  for row in ('baseline', 'ncpr200'):
+    _run(table, f'authors_emnist_{row}_fedavg_s0', [0.5, 0.6, 0.7, 0.8, 0.86],
+         algorithm='fedavg', seed=0)
+  _run(table, 'authors_emnist_baseline_fathom_s0', [0.6, 0.8],
+       algorithm='fathom', seed=0)
+  run_status.close(str(_run(table, 'authors_emnist_ncpr200_fathom_s0',
+                            [0.6, 0.8, 0.85], algorithm='fathom', seed=0,
+                            ended=False, budget=5)), 'machine gone')
+  # The baseline pair ended: its ratios say it all, no table.
+  _run(crosscheck, 'authors_fathom_s0', [0.5, 0.8], algorithm='fathom', seed=0)
+  _run(crosscheck, 'fedjax_fedavg_s0', [0.5, 0.8], algorithm='fedavg', seed=0)
+  # NCPR = 200's pair still training, stopped at different rounds.
+  _run(crosscheck, 'ncpr200_authors_fathom_s0', [0.55, 0.75],
+       algorithm='fathom', seed=0, ended=False, budget=5)
+  _run(crosscheck, 'ncpr200_fedjax_fedavg_s0', [0.45, 0.65, 0.7],
+       algorithm='fedavg', seed=0, ended=False, budget=5)
+  runs = table1.load_runs(str(table))
+  pairs = table1.crosscheck_pairs(str(crosscheck))
+  assert table1.crosscheck_equal_rounds_markdown(runs, pairs).splitlines() == [
+      '### authors_emnist_ncpr200', '',
+      "| round | ours, FATHOM (n) | ours, FedAvg (n) | authors' FATHOM (n) | "
+      'FedJAX fed_avg (n) |', '|---|---|---|---|---|',
+      '| 1 | 0.600 (1) | 0.500 (1) | 0.550 (1) | 0.450 (1) |',
+      '| 2 | 0.800 (1) | 0.600 (1) | 0.750 (1) | 0.650 (1) |',
+      '| 3 | 0.850 (1) | 0.700 (1) | - | 0.700 (1) |']
+  thinned = table1.crosscheck_equal_rounds_markdown(runs, pairs, max_lines=2)
+  assert [line[:4] for line in thinned.splitlines()[4:]] == ['| 1 ', '| 3 ']
+  # Once the pair has ended (or is closed at its plan), no table.
+  for name in ('ncpr200_authors_fathom_s0', 'ncpr200_fedjax_fedavg_s0'):
+    run_status.write(str(crosscheck / name), last_round=5,
+                     stopped_early=True, total_rounds=5,
+                     early_stop_accuracy=0.7, early_stop_evals=0)
+  assert table1.crosscheck_equal_rounds_markdown(
+      runs, table1.crosscheck_pairs(str(crosscheck))) == ''
+
+
 def test_rerun_rows_set_new_old_and_authors_code_ratios_side_by_side(
     tmp_path):
   table, crosscheck = tmp_path / 'table1', tmp_path / 'fedjax_crosscheck'

@@ -20,7 +20,7 @@ import math
 import os
 import re
 import textwrap
-from typing import Optional, Sequence
+from typing import Iterable, Optional, Sequence
 
 import numpy as np
 import pandas as pd
@@ -77,6 +77,7 @@ SUPERSEDED = (('authors_tffbatches_', 'fresh masks, TFF batches'),
 CROSSCHECK = os.path.join(ROOT, 'results', 'fedjax_crosscheck')
 CROSSCHECK_RUN = re.compile(r'(?:(?P<row>[a-z]+\d[\d.]*)_)?'
                             r'(?P<implementation>\w+?)_s\d+')
+NAMES = {'fathom': 'FATHOM', 'fedavg': 'FedAvg'}
 # FedAvg beside the authors' FATHOM (`authors_fathom`), by implementation.
 CROSSCHECK_FATHOM = 'authors_fathom'
 CROSSCHECK_FEDAVG = (('FedJAX fed_avg', 'fedjax_fedavg'),
@@ -292,6 +293,23 @@ def _mean_std(values: Sequence[float]) -> str:
   return f'{np.mean(values):.3f}{spread}'
 
 
+def _accuracy_by_round(members: Sequence[RunInfo]) -> dict[int, list[float]]:
+  """Round -> the test accuracies of the runs evaluated at it."""
+  by_round = collections.defaultdict(list)
+  for r in members:
+    evaluated = r.frame.dropna(subset=['eval/accuracy'])
+    for rnd, acc in zip(evaluated['round'], evaluated['eval/accuracy']):
+      by_round[int(rnd)].append(float(acc))
+  return by_round
+
+
+def _thinned(rounds: Iterable[int], max_lines: int) -> list[int]:
+  """At most `max_lines` of `rounds`, evenly spaced, the last kept."""
+  ordered = sorted(rounds)
+  step = max(1, math.ceil(len(ordered) / max_lines))
+  return ordered[::-1][::step][::-1]
+
+
 def equal_rounds_markdown(runs: Sequence[RunInfo], max_lines: int = 10
                           ) -> str:
   """For each row with a FATHOM or FedAvg run closed short of its plan (whose
@@ -305,16 +323,9 @@ def equal_rounds_markdown(runs: Sequence[RunInfo], max_lines: int = 10
     if not all(pair.values()) or not any(
         _cut_short(r) for members in pair.values() for r in members):
       continue
-    # Round -> the accuracies of the runs evaluated at it, per algorithm.
-    by_round = {a: collections.defaultdict(list) for a in PAIRED}
-    for algorithm, members in pair.items():
-      for r in members:
-        evaluated = r.frame.dropna(subset=['eval/accuracy'])
-        for rnd, acc in zip(evaluated['round'], evaluated['eval/accuracy']):
-          by_round[algorithm][int(rnd)].append(float(acc))
-    common = sorted(set(by_round['fathom']) & set(by_round['fedavg']))
-    step = max(1, math.ceil(len(common) / max_lines))
-    shown = common[::-1][::step][::-1]
+    by_round = {a: _accuracy_by_round(members) for a, members in pair.items()}
+    shown = _thinned(set(by_round['fathom']) & set(by_round['fedavg']),
+                     max_lines)
     lines = [f'### {row}', '',
              '| round | test acc. FATHOM (n) | test acc. FedAvg (n) | '
              'difference |', '|---|---|---|---|']
@@ -454,6 +465,44 @@ def rerun_markdown(runs: Sequence[RunInfo],
                    ' | '.join(cell(*paired(v), target) for v in versions) +
                    ' | ' + ' | '.join(authors) + ' |')
   return '\n'.join(lines) if len(lines) > 2 else ''
+
+
+def crosscheck_equal_rounds_markdown(
+    runs: Sequence[RunInfo],
+    pairs: dict[str, dict[str, tuple[list[RunInfo], list[RunInfo]]]],
+    max_lines: int = 10) -> str:
+  """For each row whose authors'-code pair has a run not ended or closed
+  short of its plan (its ratios then count few runs or none): test accuracy
+  of the three implementations at the same evaluations, mean over the runs
+  evaluated there (n), up to the last round the authors' runs have; '-'
+  where a group has no evaluation at that round."""
+  sections = []
+  for row, found in sorted(pairs.items()):
+    reference = [r for fathom, fedavg in found.values()
+                 for r in (*fathom, *fedavg)]
+    if all(r.ended and not _cut_short(r) for r in reference):
+      continue
+    groups = [(f'ours, {NAMES[a]}', [r for r in runs if r.row == row and
+                                     r.algorithm == a]) for a in PAIRED]
+    for label, (fathom, fedavg) in found.items():
+      groups += [("authors' FATHOM", fathom), (label, fedavg)]
+    # The authors' FATHOM shows once, whichever FedAvg it is paired with.
+    groups = list({g[0]: g for g in groups if g[1]}.values())
+    by_round = [(label, _accuracy_by_round(members))
+                for label, members in groups]
+    last = max(int(r.frame['round'].max()) for r in reference)
+    shown = _thinned({rnd for _, acc in by_round for rnd in acc
+                      if rnd <= last}, max_lines)
+    lines = [f'### {row}', '',
+             '| round | ' + ' | '.join(f'{label} (n)'
+                                       for label, _ in by_round) + ' |',
+             '|---|' + '---|' * len(by_round)]
+    for rnd in shown:
+      lines.append(f'| {rnd} | ' + ' | '.join(
+          f'{_mean_std(acc[rnd])} ({len(acc[rnd])})' if rnd in acc else '-'
+          for _, acc in by_round) + ' |')
+    sections.append('\n'.join(lines))
+  return '\n\n'.join(sections)
 
 
 def tuned_markdown(runs: Sequence[RunInfo]) -> str:
@@ -746,6 +795,13 @@ RERUN_HEAD = (
     'the row, the same ratios of the authors\' FedJAX code '
     '(`results/fedjax_crosscheck`: the baseline row 300 rounds without the '
     'early stop, the other rows Table 1\'s 600 rounds with it).\n\n')
+CROSSCHECK_SHORT_HEAD = (
+    '## The authors\' code on rows it has not finished, at equal rounds\n\n'
+    'Where the authors\' FATHOM or FedJAX\'s FedAvg on a row stopped short '
+    '(unfinished, or closed at the rounds it has), the ratios above count '
+    'few of its runs or none. Here the row at the same evaluations: test '
+    'accuracy of ours and of the authors\' code, mean ± std over the runs '
+    'evaluated at that round (n).\n\n')
 TUNED_HEAD = (
     '## FATHOM against a tuned FedAvg\n\n'
     'FedAvg rerun at the settings a tuning study found (`results/tuning`, '
@@ -781,7 +837,9 @@ def write(root: str) -> str:
       *([EQUAL_ROUNDS_HEAD + equal] if (equal := equal_rounds_markdown(
           runs)) else []),
       *([RERUN_HEAD + rerun] if (rerun := rerun_markdown(
-          runs, crosscheck_pairs())) else []),
+          runs, pairs := crosscheck_pairs())) else []),
+      *([CROSSCHECK_SHORT_HEAD + short]
+        if (short := crosscheck_equal_rounds_markdown(runs, pairs)) else []),
       *(['## Training seconds to target, replayed quietly\n\n' + quiet]
         if (quiet := replayed_seconds.markdown(
             replayed_seconds.load(BENCHMARK_RESULTS))) else []),
