@@ -77,11 +77,12 @@ SUPERSEDED = (('authors_tffbatches_', 'fresh masks, TFF batches'),
 CROSSCHECK = os.path.join(ROOT, 'results', 'fedjax_crosscheck')
 CROSSCHECK_RUN = re.compile(r'(?:(?P<row>[a-z]+\d[\d.]*)_)?'
                             r'(?P<implementation>\w+?)_s\d+')
-NAMES = {'fathom': 'FATHOM', 'fedavg': 'FedAvg'}
 # FedAvg beside the authors' FATHOM (`authors_fathom`), by implementation.
 CROSSCHECK_FATHOM = 'authors_fathom'
 CROSSCHECK_FEDAVG = (('FedJAX fed_avg', 'fedjax_fedavg'),
                      ('their FATHOM at eta_h = 0', 'authors_fathom_eta_h0'))
+# How the report's column heads name the two paired algorithms.
+NAMES = {'fathom': 'FATHOM', 'fedavg': 'FedAvg'}
 
 # FATHOM's rows of the authors' pipeline and the start each one tests.
 FATHOM_STARTS = (('authors_emnist_baseline', 'baseline values'),
@@ -473,9 +474,9 @@ def crosscheck_equal_rounds_markdown(
     max_lines: int = 10) -> str:
   """For each row whose authors'-code pair has a run not ended or closed
   short of its plan (its ratios then count few runs or none): test accuracy
-  of the three implementations at the same evaluations, mean over the runs
-  evaluated there (n), up to the last round the authors' runs have; '-'
-  where a group has no evaluation at that round."""
+  of the three implementations at the same evaluations, mean ± std over
+  the runs evaluated there (n), up to the last round the authors' runs
+  have; '-' where a group has no evaluation at that round."""
   sections = []
   for row, found in sorted(pairs.items()):
     reference = [r for fathom, fedavg in found.values()
